@@ -1,4 +1,5 @@
-"""User-facing tracing and breakpoint API (filled in by the tracing and breakpoint modules)."""
+"""User-facing tracing and breakpoint API. The tracing module replaces the no-op
+bodies; breakpoint() delegates to rldbg.debug.breakpoints."""
 from __future__ import annotations
 
 import contextlib
@@ -22,4 +23,8 @@ def counter(name: str, **values) -> None:
 
 
 def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001
-    return None
+    try:
+        from rldbg.debug.breakpoints import breakpoint as _bp
+    except ImportError:
+        return None
+    return _bp(role=role, rank=rank, step=step, when=when)
