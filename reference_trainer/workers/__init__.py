@@ -1,0 +1,1 @@
+"""Roles: the hybrid actor/rollout/reference worker, the critic and the reward."""

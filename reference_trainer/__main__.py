@@ -1,0 +1,34 @@
+"""python -m reference_trainer [--preset demo] [--config FILE.yaml] [key=value ...]"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m reference_trainer",
+                                description="Reference PPO/GRPO trainer on Ray worker groups.")
+    p.add_argument("--preset", default="demo", help="a preset from reference_trainer/presets (default: demo)")
+    p.add_argument("--config", help="a YAML file applied on top of the preset")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. algorithm.adv_estimator=gae")
+    args = p.parse_args(argv)
+    from reference_trainer.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.preset, args.config, args.overrides)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    from reference_trainer.trainer import fit
+
+    history = fit(cfg)
+    if history:
+        last = history[-5:]
+        mean = sum(r["reward/mean"] for r in last) / len(last)
+        print(f"done: {len(history)} steps, mean reward over the last {len(last)} steps {mean:.3f}; "
+              f"metrics in {cfg.trainer.run_dir}/metrics.jsonl")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Where the run executes: an embedded local Ray cluster on loopback when no RAY_ADDRESS is
+set, otherwise the cluster RAY_ADDRESS names (as under `ray job submit`)."""
+from __future__ import annotations
+
+import os
+
+# Ray binds to the machine's interface address unless this is off and the node IP is
+# loopback; it must be set before Ray starts any process (see FACTS: Ray binding).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+import ray  # noqa: E402
+
+
+def start_ray(num_cpus: int, worker_env: dict | None = None) -> bool:
+    """Returns True when this call started a cluster that the caller must shut down."""
+    if ray.is_initialized():
+        return False
+    runtime_env = {"env_vars": worker_env} if worker_env else None
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(runtime_env=runtime_env, log_to_driver=True)
+        return True  # we only disconnect; the cluster lives on
+    ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1",
+             include_dashboard=True, runtime_env=runtime_env, log_to_driver=True)
+    return True
+
+
+def cluster_has_gpu() -> bool:
+    return ray.cluster_resources().get("GPU", 0) > 0
+
+
+def stop_ray(started: bool) -> None:
+    if started and ray.is_initialized():
+        ray.shutdown()

@@ -1,0 +1,101 @@
+"""The Ray actor that hosts one rank of a resource pool. It holds one Worker per role
+(colocation) and exposes each role's registered methods as `<role>__<method>`, generated
+per method so that Ray task names and stack traces read well."""
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+
+from rldbg import instrument
+
+from reference_trainer.single_controller.decorator import registered_methods
+from reference_trainer.single_controller.worker import RankInfo, init_process_group
+
+
+def remote_name(role: str, method: str) -> str:
+    return f"{role}__{method}"
+
+
+class RemoteCallError(RuntimeError):
+    """A registered method raised on a rank; carries who, where and the remote traceback."""
+
+    def __init__(self, role: str, rank: int, method: str, step, exc_type: str, message: str, tb: str):
+        self.role, self.rank, self.method, self.step = role, rank, method, step
+        self.exc_type, self.message, self.remote_traceback = exc_type, message, tb
+        where = f"{role} rank {rank} failed in {method}" + (f" at step {step}" if step is not None else "")
+        super().__init__(f"{where}: {exc_type}: {message}\n--- remote traceback ---\n{tb}")
+
+    def __reduce__(self):
+        return (RemoteCallError, (self.role, self.rank, self.method, self.step, self.exc_type,
+                                  self.message, self.remote_traceback))
+
+
+class HostBase:
+    def __init__(self, roles: dict, rank: int, world_size: int, pool: str, device: str,
+                 master_addr: str | None, master_port: int | None, threads: int):
+        import torch
+
+        if threads > 0:
+            torch.set_num_threads(threads)
+        if master_addr is None:  # rank 0 picks the rendezvous on its own node
+            master_addr, master_port = _node_ip(), _free_port()
+        self._info = RankInfo(rank, world_size, master_addr, master_port, device, pool)
+        self._role_specs = roles
+        self._workers: dict = {}
+        self._label = f"{'+'.join(roles)}[rank {rank}/{world_size}]"
+        instrument.set_worker_identity(next(iter(roles)), rank, world_size)
+
+    def __repr__(self) -> str:
+        # The dashboard shows this as the actor's repr_name: role(s) and rank at a glance.
+        return self._label
+
+    def master_address(self):
+        return self._info.master_addr, self._info.master_port
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def setup(self, pg_timeout_s: float) -> None:
+        """Join the process group, then build each role's worker (which may use it)."""
+        if self._info.world_size > 1:
+            init_process_group(self._info, pg_timeout_s)
+        for role, (cls, config) in self._role_specs.items():
+            self._workers[role] = cls(config, self._info)
+
+
+def _node_ip() -> str:
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _make_caller(role: str, method: str):
+    def caller(self, *args, _call=None, **kwargs):
+        worker = self._workers[role]
+        with instrument.worker_call(role, self._info.rank, method, _call):
+            try:
+                return getattr(worker, method)(*args, **kwargs)
+            except Exception as exc:  # name the rank and call; keep the remote traceback
+                step = getattr(_call, "step", None)
+                raise RemoteCallError(role, self._info.rank, method, step, type(exc).__name__,
+                                      str(exc), traceback.format_exc()) from None
+
+    caller.__name__ = caller.__qualname__ = remote_name(role, method)
+    return caller
+
+
+def make_host_class(roles: dict):
+    """A HostBase subclass with one generated caller per (role, registered method)."""
+    attrs = {}
+    for role, (cls, _config) in roles.items():
+        for method in registered_methods(cls):
+            attrs[remote_name(role, method)] = _make_caller(role, method)
+    name = "Host_" + "_".join(roles)
+    return type(name, (HostBase,), attrs)

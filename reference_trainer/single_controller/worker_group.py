@@ -1,0 +1,142 @@
+"""WorkerGroup: the driver's handle on one role across the ranks of a resource pool.
+Each registered method of the role's Worker class becomes a method of the group, so the
+driver writes `actor.update_actor(batch)`; the method's dispatch mode splits the call,
+the ranks run it, and the mode's collect merges what comes back."""
+from __future__ import annotations
+
+import time
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from rldbg import instrument
+from rldbg.context import current
+
+from reference_trainer.single_controller.decorator import Registration, registered_methods
+from reference_trainer.single_controller.dispatch import result_summary, shard_summary
+from reference_trainer.single_controller.host import RemoteCallError, make_host_class, remote_name
+from reference_trainer.single_controller.resource_pool import ResourcePool
+
+
+class WorkerGroup:
+    def __init__(self, role: str, worker_cls, hosts: list, pool: ResourcePool):
+        self.role, self.worker_cls, self.hosts, self.pool = role, worker_cls, hosts, pool
+        self.methods = registered_methods(worker_cls)
+        for name, reg in self.methods.items():
+            setattr(self, name, self._bind(name, reg))
+
+    def __repr__(self) -> str:
+        return f"WorkerGroup({self.role!r}, ranks={self.world_size}, pool={self.pool.name!r})"
+
+    @property
+    def world_size(self) -> int:
+        return len(self.hosts)
+
+    def _bind(self, method: str, reg: Registration):
+        def call(*args, **kwargs):
+            return self._call(method, reg, args, kwargs)
+
+        call.__name__ = call.__qualname__ = method
+        call.__doc__ = getattr(self.worker_cls, method).__doc__
+        return call
+
+    def _call(self, method: str, reg: Registration, args: tuple, kwargs: dict):
+        call = instrument.call_begin(self.role, method, reg.mode.name, self.world_size, current().step)
+        try:
+            per_rank, state = reg.mode.dispatch(self.world_size, args, kwargs)
+        except Exception as exc:
+            instrument.call_failed(call, exc)
+            raise type(exc)(f"{self.role}.{method}: {exc}") from None
+        refs, ranks = [], []
+        for rank, item in enumerate(per_rank):
+            if item is None:
+                continue
+            rank_args, rank_kwargs = item
+            handle = getattr(self.hosts[rank], remote_name(self.role, method))
+            refs.append(handle.remote(*rank_args, _call=call.tag, **rank_kwargs))
+            ranks.append(rank)
+        instrument.call_dispatched(call, [shard_summary(*item) if item else None for item in per_rank])
+        future = CallFuture(self, method, reg, call, state, refs, ranks)
+        return future.get() if reg.blocking else future
+
+
+class CallFuture:
+    """A non-blocking call's pending result; get() waits, collects and raises rank errors."""
+
+    def __init__(self, group: WorkerGroup, method: str, reg: Registration, call, state, refs, ranks):
+        self.group, self.method, self.reg, self.call = group, method, reg, call
+        self._state, self._refs, self._ranks = state, refs, ranks
+        self._done = False
+        self._result = None
+
+    def get(self, timeout: float | None = None):
+        if self._done:
+            return self._result
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending = list(self._refs)
+        try:
+            while pending:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                done, pending = ray.wait(pending, num_returns=1, timeout=left)
+                if not done:
+                    raise TimeoutError(f"{self.group.role}.{self.method}: not done after {timeout} s")
+                ray.get(done)  # raise the first failure now; peers may be stuck in a collective
+            outputs = ray.get(self._refs)
+        except ray.exceptions.RayTaskError as err:
+            instrument.call_failed(self.call, err)
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, RemoteCallError):
+                raise RemoteCallError(cause.role, cause.rank, cause.method, cause.step, cause.exc_type,
+                                      cause.message, cause.remote_traceback) from None
+            raise
+        except ray.exceptions.RayActorError as err:
+            instrument.call_failed(self.call, err)
+            raise RuntimeError(
+                f"{self.group.role}.{self.method}: a rank's process died ({type(err).__name__}); "
+                f"see the Ray logs of that actor"
+            ) from err
+        except BaseException as err:
+            instrument.call_failed(self.call, err)
+            raise
+        self._result = self.reg.mode.collect(outputs, self._state)
+        self._done = True
+        instrument.call_collected(self.call, result_summary(self._result))
+        return self._result
+
+
+def spawn_role_groups(pool: ResourcePool, roles: dict, run_name: str, threads_per_rank: int = 0,
+                      pg_timeout_s: float = 600.0, runtime_env: dict | None = None) -> dict[str, WorkerGroup]:
+    """Start one host actor per rank of `pool` holding every role in `roles`
+    ({role: (WorkerClass, config)}) and return one WorkerGroup per role."""
+    host_cls = ray.remote(make_host_class(roles))
+    pg = pool.placement_group()
+    label = "+".join(roles)
+
+    def create(rank: int, addr, port):
+        return host_cls.options(
+            name=f"{run_name}:{label}:rank{rank}",
+            num_cpus=pool.cpus_per_rank,
+            num_gpus=pool.gpus_per_rank,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank),
+            runtime_env=runtime_env,
+        ).remote(roles, rank, pool.n_ranks, pool.name, pool.device, addr, port, threads_per_rank)
+
+    first = create(0, None, None)
+    addr, port = ray.get(first.master_address.remote())
+    hosts = [first] + [create(r, addr, port) for r in range(1, pool.n_ranks)]
+    try:
+        ray.get([h.setup.remote(pg_timeout_s) for h in hosts])
+    except ray.exceptions.RayTaskError as err:
+        for h in hosts:
+            ray.kill(h)
+        raise RuntimeError(f"starting {label} on pool {pool.name!r} failed: {err.cause!r}") from None
+    return {role: WorkerGroup(role, cls, hosts, pool) for role, (cls, _cfg) in roles.items()}
+
+
+def shutdown_groups(groups) -> None:
+    seen = set()
+    for group in groups:
+        for h in group.hosts:
+            if id(h) not in seen:
+                seen.add(id(h))
+                ray.kill(h)

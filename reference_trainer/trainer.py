@@ -1,0 +1,138 @@
+"""fit(): the PPO / GRPO step as a readable script. Every transition of the hybrid engine is
+a visible line: the driver is the single controller, each call runs on all ranks."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from rldbg import instrument
+
+from reference_trainer import checkpoint
+from reference_trainer.advantage import compute_advantages
+from reference_trainer.config import Config, to_dict
+from reference_trainer.data import PromptSource, sft_batch
+from reference_trainer.metrics_log import MetricsLog, PhaseTimer
+from reference_trainer.protocol import reduce_metrics
+from reference_trainer.roles import build_role_groups
+from reference_trainer.runtime import start_ray, stop_ray
+from reference_trainer.single_controller import shutdown_groups
+from reference_trainer.tasks import get_task
+from reference_trainer.workers.hybrid import load_tokenizer_for
+
+
+def fit(cfg: Config) -> list[dict]:
+    """Train; returns the per-step metric records (also in <run_dir>/metrics.jsonl)."""
+    started = start_ray(cfg.resources.ray_num_cpus, worker_env=_worker_env(cfg))
+    trace_path = _start_tracing(cfg)
+    groups, history = {}, []
+    try:
+        groups = build_role_groups(cfg)
+        actor, critic, reward = groups["actor"], groups.get("critic"), groups["reward"]
+        actor.init_model()
+        reward.init_model()
+        if critic:
+            critic.init_model()
+        task, tokenizer = get_task(cfg.data.task), load_tokenizer_for(cfg.model.preset)
+        start = checkpoint.resume(cfg.trainer.run_dir, actor, critic) if cfg.trainer.resume else 0
+        if start == 0 and cfg.sft.steps:
+            warm_start(actor, task, tokenizer, cfg)
+        prompts = PromptSource(task, tokenizer, cfg.data.prompts_per_step, cfg.data.group_size, cfg.data.seed)
+        log = MetricsLog(cfg.trainer.run_dir, cfg.trainer.total_steps, start, cfg.trainer.progress)
+        try:
+            for step in range(start, cfg.trainer.total_steps):
+                record = train_step(step, prompts.batch(step), actor, critic, reward, cfg)
+                history.append(record)
+                log.write(record)
+                if cfg.trainer.save_every and (step + 1) % cfg.trainer.save_every == 0:
+                    checkpoint.save(cfg.trainer.run_dir, step, actor, critic)
+        finally:
+            log.close()
+    finally:
+        shutdown_groups(groups.values())
+        _stop_tracing(trace_path)
+        stop_ray(started)
+    return history
+
+
+def train_step(step: int, batch, actor, critic, reward, cfg: Config) -> dict:
+    t = PhaseTimer()
+    with instrument.step(step), t("step"):
+        with t("rollout"):
+            actor.to_rollout_mode()                          # wake rollout, sync weights, offload optimizer
+            batch = actor.generate_sequences(batch)
+            actor.to_train_mode()                            # free KV cache, sleep rollout, reload optimizer
+        with t("reward"):
+            batch = batch.union(reward.compute_scores(batch))
+        with t("log_prob"):
+            batch = batch.union(actor.compute_log_prob(batch))
+            batch = batch.union(actor.compute_ref_log_prob(batch))
+            if critic:
+                batch = batch.union(critic.compute_values(batch))
+        with t("advantage"):
+            batch = compute_advantages(batch, cfg.algorithm)
+        metrics = dict(batch.meta.get("metrics", {}))
+        if critic:
+            with t("update_critic"):
+                metrics.update(critic.update_critic(batch).meta["metrics"])
+        if step >= cfg.critic.warmup_steps:
+            with t("update_actor"):
+                metrics.update(actor.update_actor(batch).meta["metrics"])
+    scores = batch.tensors["scores"]
+    n_tokens = int(batch.tensors["attention_mask"].sum())
+    record = {"step": step, "reward/mean": float(scores.mean()), "reward/max": float(scores.max()),
+              "response_length": float(batch.tensors["response_mask"].sum(-1).mean()),
+              **reduce_metrics(metrics), "tokens": n_tokens,
+              "tokens_per_s": n_tokens / max(t.seconds["step"], 1e-9)}
+    record.update({f"time/{k}": round(v, 4) for k, v in t.seconds.items()})
+    return record
+
+
+def warm_start(actor, task, tokenizer, cfg: Config) -> None:
+    """Supervised steps that teach the answer format only (see the task's sft_examples)."""
+    rng = np.random.default_rng(cfg.trainer.seed + 7)
+    for i in range(cfg.sft.steps):
+        batch = sft_batch(task, tokenizer, cfg.sft.batch_size, rng, cfg.rollout.max_new_tokens)
+        with instrument.step(-1 - i):
+            actor.sft_update(batch)
+    actor.reset_reference()
+
+
+def _worker_env(cfg: Config) -> dict:
+    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    if cfg.debug.breakpoints:
+        env["RLDBG_BREAKPOINTS"] = ";".join(cfg.debug.breakpoints)
+    if cfg.debug.post_mortem:
+        env["RAY_DEBUG_POST_MORTEM"] = "1"
+    if cfg.debug.listen_roles:
+        env["RLDBG_LISTEN_ROLES"] = ",".join(cfg.debug.listen_roles)
+    for key in ("RLDBG_BREAKPOINTS", "RAY_DEBUG_POST_MORTEM", "RLDBG_LISTEN_ROLES"):
+        if key in os.environ and key not in env:
+            env[key] = os.environ[key]
+    return env
+
+
+def _start_tracing(cfg: Config) -> str | None:
+    if not (cfg.trace.enabled or cfg.trace.path):
+        return None
+    import rldbg.trace
+
+    path = cfg.trace.path or str(Path(cfg.trainer.run_dir) / "trace.json.gz")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    rldbg.trace.start(path, memory_hz=cfg.trace.memory_hz)
+    return path
+
+
+def _stop_tracing(path: str | None) -> None:
+    if path is None:
+        return
+    import rldbg.trace
+
+    out = rldbg.trace.stop()
+    if out:
+        print(f"trace written to {out} (open it at ui.perfetto.dev, or `rldbg report {out}`)", flush=True)
+
+
+def describe(cfg: Config) -> dict:
+    return to_dict(cfg)

@@ -1,0 +1,277 @@
+"""The hybrid engine worker: actor (trained policy), rollout engine and reference policy on
+one rank, switching between train mode and rollout mode through named transitions.
+
+    to_rollout_mode:  wake rollout → sync actor weights into it → offload grads, optimizer
+                      (and actor params when configured)
+    to_train_mode:    release KV cache → put rollout to sleep → reload params and optimizer
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from rldbg import instrument
+
+from reference_trainer import algos
+from reference_trainer.engines.base import SamplingConfig, make_engine
+from reference_trainer.protocol import DataProto
+from reference_trainer.single_controller import Dispatch, Worker, register
+from reference_trainer.tasks import build_causal_lm, build_tokenizer, load_tokenizer
+from reference_trainer.workers import train_ops as ops
+from reference_trainer.workers.offload import Offloader, resolve_target, tune_allocator_for_offload
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_tokenizer_for(preset: str):
+    return load_tokenizer(preset) if Path(preset).is_dir() else build_tokenizer()
+
+
+class ActorRolloutRefWorker(Worker):
+    role = "actor"
+
+    def __init__(self, config, info):
+        super().__init__(config, info)
+        if info.device == "cpu":
+            tune_allocator_for_offload()
+        base = Path(config.offload.dir or Path(config.trainer.run_dir) / "offload")
+        self.offloader = Offloader(resolve_target(config.offload.target, info.device),
+                                   base / f"actor-rank{info.rank}", self.device)
+        self.mode = "uninitialised"
+
+    # ---- set-up -------------------------------------------------------------------------
+    @register(Dispatch.ONE_TO_ALL)
+    def init_model(self) -> dict:
+        cfg = self.config
+        self.tokenizer = load_tokenizer_for(cfg.model.preset)
+        dtype = DTYPES[cfg.model.dtype]
+        self.model = build_causal_lm(cfg.model.preset, len(self.tokenizer), seed=cfg.trainer.seed,
+                                     dtype=dtype).to(self.device)
+        ops.broadcast_module(self.model)
+        self.model.train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.actor.lr,
+                                           weight_decay=cfg.actor.weight_decay)
+        self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.rollout = self._make_rollout()
+        self.mode = "train"
+        self._report_ledger()
+        return {"params": sum(p.numel() for p in self.model.parameters())}
+
+    def _make_rollout(self):
+        cfg = self.config
+        ids = dict(pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id)
+        if cfg.rollout.engine == "vllm":
+            model_dir = Path(cfg.trainer.run_dir) / f"rollout-init-rank{self.rank}"
+            self.model.save_pretrained(model_dir)
+            self.tokenizer.save_pretrained(model_dir)
+            return make_engine("vllm", model_dir=str(model_dir), dtype=cfg.model.dtype,
+                               gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
+                               seed=cfg.trainer.seed + self.rank, **ids)
+        return make_engine("hf", model=copy.deepcopy(self.model), offloader=self.offloader, **ids)
+
+    # ---- mode transitions -----------------------------------------------------------------
+    @register(Dispatch.ONE_TO_ALL)
+    def to_rollout_mode(self) -> None:
+        off = self.config.offload
+        with instrument.transition("to_rollout_mode"):
+            with instrument.transition("rollout_wake", tags="weights"):
+                self.rollout.wake_up(tags=("weights",))
+            with instrument.transition("sync_weights"):
+                self.rollout.load_weights((n, t.detach()) for n, t in self._named_weights())
+            with instrument.transition("rollout_wake", tags="kv_cache"):
+                self.rollout.wake_up(tags=("kv_cache",))
+            if off.grads:
+                with instrument.transition("offload_grads"):
+                    self.optimizer.zero_grad(set_to_none=True)
+            if off.optimizer:
+                with instrument.transition("offload_optimizer"):
+                    self.offloader.offload("optimizer", ops.optimizer_tensors(self.optimizer))
+            if off.params:
+                with instrument.transition("offload_params"):
+                    self.offloader.offload("actor_params", list(self.model.parameters()))
+        self.mode = "rollout"
+        self._report_ledger()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def to_train_mode(self) -> None:
+        with instrument.transition("to_train_mode"):
+            with instrument.transition("release_kv_cache"):
+                self.rollout.release_kv_cache()
+            with instrument.transition("rollout_sleep", level=self.config.rollout.sleep_level):
+                self.rollout.sleep(self.config.rollout.sleep_level)
+            if self.offloader.is_offloaded("actor_params"):
+                with instrument.transition("reload_params"):
+                    self.offloader.reload("actor_params")
+            if self.offloader.is_offloaded("optimizer"):
+                with instrument.transition("reload_optimizer"):
+                    self.offloader.reload("optimizer")
+        self.mode = "train"
+        self._report_ledger()
+
+    # ---- rollout ------------------------------------------------------------------------
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        if self.mode != "rollout":
+            raise RuntimeError(f"generate_sequences needs rollout mode, but the worker is in {self.mode} mode; "
+                               "call to_rollout_mode() first")
+        r = self.config.rollout
+        ids = prompts.tensors["input_ids"].to(self.device)
+        mask = prompts.tensors["attention_mask"].to(self.device)
+        responses = self.rollout.generate(ids, mask, SamplingConfig(r.max_new_tokens, r.temperature, r.top_p))
+        resp_mask = ops.response_mask_from(responses, self.tokenizer.eos_token_id)
+        self._report_ledger()  # the KV cache is alive until to_train_mode releases it
+        return DataProto.from_dict(
+            tensors={"prompts": ids.cpu(), "responses": responses.cpu(),
+                     "input_ids": torch.cat([ids, responses], -1).cpu(),
+                     "attention_mask": torch.cat([mask, resp_mask.to(mask.dtype)], -1).cpu(),
+                     "response_mask": resp_mask.cpu()},
+            non_tensors=dict(prompts.non_tensors),
+        )
+
+    # ---- log-probs ------------------------------------------------------------------------
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, batch: DataProto) -> DataProto:
+        logp, ent = self._logprobs(self.model, batch, with_entropy=True)
+        mask = ops.loss_mask(batch)
+        out = DataProto.from_dict(tensors={"old_log_probs": logp})
+        out.add_metrics({"actor/entropy": float(algos.masked_mean(ent, mask)) if mask.sum() else 0.0})
+        return out
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, batch: DataProto) -> DataProto:
+        if self.config.offload.ref and self.offloader.is_offloaded("ref_params"):
+            with instrument.transition("reload_ref"):
+                self.offloader.reload("ref_params")
+        logp, _ = self._logprobs(self.ref, batch)
+        if self.config.offload.ref:
+            with instrument.transition("offload_ref"):
+                self.offloader.offload("ref_params", list(self.ref.parameters()))
+        return DataProto.from_dict(tensors={"ref_log_probs": logp})
+
+    @torch.no_grad()
+    def _logprobs(self, model, batch: DataProto, with_entropy: bool = False):
+        r_len = batch.tensors["responses"].shape[1]
+        logps, ents = [], []
+        for micro in batch.split(_sizes(len(batch), self.config.actor.micro_batch_size)):
+            ids = micro.tensors["input_ids"].to(self.device)
+            mask = micro.tensors["attention_mask"].to(self.device)
+            logp, ent = ops.response_logprobs(model, ids, mask, r_len, self.config.rollout.temperature, with_entropy)
+            logps.append(logp.cpu())
+            ents.append(ent.cpu() if ent is not None else None)
+        logp = torch.cat(logps)
+        return logp, (torch.cat(ents) if with_entropy else None)
+
+    # ---- training -------------------------------------------------------------------------
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, batch: DataProto) -> DataProto:
+        if self.mode != "train":
+            raise RuntimeError(f"update_actor needs train mode, but the worker is in {self.mode} mode; "
+                               "call to_train_mode() first")
+        a = self.config.actor
+        r_len = batch.tensors["responses"].shape[1]
+        temperature = self.config.rollout.temperature
+
+        def loss_fn(micro: DataProto, denom: float, world: int):
+            t = {k: v.to(self.device) for k, v in micro.tensors.items()}
+            mask = ops.loss_mask(micro).to(self.device)
+            need_ent = a.entropy_coef > 0
+            logp, ent = ops.response_logprobs(self.model, t["input_ids"], t["attention_mask"], r_len,
+                                              temperature, with_entropy=need_ent)
+            agg = dict(agg_mode=a.loss_agg, global_denominator=denom, dp_size=world)
+            loss, stats = algos.policy_loss(logp, t["old_log_probs"], t["advantages"], mask,
+                                            clip_low=a.clip_low, clip_high=a.clip_high,
+                                            dual_clip_c=a.dual_clip_c, **agg)
+            out = {"actor/pg_loss": float(loss.detach()) / world, "actor/clipfrac": stats["clipfrac"],
+                   "actor/ppo_kl": stats["approx_kl"]}
+            if need_ent:
+                ent_loss = algos.agg_loss(ent, mask, a.loss_agg, denom, world)
+                loss = loss - a.entropy_coef * ent_loss
+            if a.use_kl_loss:
+                kl = algos.kl_estimate(logp, t["ref_log_probs"], a.kl_loss_type)
+                kl_loss = algos.agg_loss(kl, mask, a.loss_agg, denom, world)
+                loss = loss + a.kl_loss_coef * kl_loss
+                out["actor/kl_loss"] = float(kl_loss.detach()) / world
+            return loss, out
+
+        metrics = ops.minibatch_update(batch, self.model, self.optimizer, a.mini_batch_size, a.micro_batch_size,
+                                       a.ppo_epochs, a.grad_clip, a.loss_agg, loss_fn)
+        metrics["actor/lr"] = [self.optimizer.param_groups[0]["lr"]]
+        self._report_ledger()
+        return DataProto.from_dict(meta={"metrics": metrics})
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def sft_update(self, batch: DataProto) -> DataProto:
+        """Supervised warm start: maximise the log-likelihood of the given responses."""
+        a = self.config.actor
+        r_len = batch.tensors["responses"].shape[1]
+
+        def loss_fn(micro: DataProto, denom: float, world: int):
+            ids = micro.tensors["input_ids"].to(self.device)
+            mask = ops.loss_mask(micro).to(self.device)
+            logp, _ = ops.response_logprobs(self.model, ids, micro.tensors["attention_mask"].to(self.device), r_len)
+            loss = -algos.agg_loss(logp, mask, "token-mean", denom, world)
+            return loss, {"sft/loss": float(loss.detach()) / world}
+
+        metrics = ops.minibatch_update(batch, self.model, self.optimizer, len(batch) * ops.world_size(),
+                                       a.micro_batch_size, 1, a.grad_clip, "token-mean", loss_fn)
+        return DataProto.from_dict(meta={"metrics": metrics})
+
+    @register(Dispatch.ONE_TO_ALL)
+    def reset_reference(self) -> None:
+        """Make the current actor the reference policy (after a supervised warm start)."""
+        self.ref.load_state_dict(self.model.state_dict())
+
+    # ---- checkpoints and introspection ------------------------------------------------------
+    @register(Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, directory: str) -> None:
+        if self.rank == 0:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                        "ref": self.ref.state_dict()}, Path(directory) / "actor.pt")
+
+    @register(Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, directory: str) -> None:
+        state = torch.load(Path(directory) / "actor.pt", map_location=self.device, weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.ref.load_state_dict(state["ref"])
+
+    @register(Dispatch.ONE_TO_ALL)
+    def weights_checksum(self) -> float:
+        with torch.no_grad():
+            return float(sum(p.double().sum() * (i + 1) for i, p in enumerate(self.model.parameters())))
+
+    @register(Dispatch.ONE_TO_ALL)
+    def memory_report(self) -> dict:
+        return {**self._ledger(), "rss": _rss_bytes(), "mode": self.mode}
+
+    def _named_weights(self):
+        yield from self.model.named_parameters()
+        yield from self.model.named_buffers()
+
+    def _ledger(self) -> dict[str, int]:
+        ledger = {
+            "params": ops.tensor_bytes(self.model.parameters()),
+            "grads": ops.tensor_bytes(p.grad for p in self.model.parameters() if p.grad is not None),
+            "optimizer": ops.tensor_bytes(ops.optimizer_tensors(self.optimizer)),
+            "ref_params": ops.tensor_bytes(self.ref.parameters()),
+        }
+        ledger.update(self.rollout.memory_ledger())
+        return ledger
+
+    def _report_ledger(self) -> None:
+        for category, nbytes in self._ledger().items():
+            instrument.ledger(category, nbytes)
+
+
+def _sizes(n: int, micro: int) -> list[int]:
+    return [min(micro, n - i) for i in range(0, n, micro)] or [0]
+
+
+def _rss_bytes() -> int:
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

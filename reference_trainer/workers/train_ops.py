@@ -1,0 +1,134 @@
+"""Forward passes and the mini-batch update loop shared by the actor and the critic.
+
+Data-parallel gradients are all-reduced by hand (one flat buffer per step) rather than with
+DDP, so the same code runs colocated, offloaded and on gloo or nccl; the loss is scaled by
+a global denominator so its gradient does not depend on the number of ranks."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from reference_trainer import algos
+from reference_trainer.protocol import DataProto
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    # Prompts are left-padded: positions count real tokens only, as generate() does.
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def response_logprobs(model, input_ids, attention_mask, response_len: int, temperature: float = 1.0,
+                      with_entropy: bool = False):
+    logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                   position_ids=position_ids(attention_mask)).logits
+    logits = logits[:, -response_len - 1:-1].float() / temperature
+    logp = algos.logprobs_from_logits(logits, input_ids[:, -response_len:])
+    entropy = algos.entropy_from_logits(logits) if with_entropy else None
+    return logp, entropy
+
+
+def response_values(model, input_ids, attention_mask, response_len: int) -> torch.Tensor:
+    values = model(input_ids=input_ids, attention_mask=attention_mask,
+                   position_ids=position_ids(attention_mask)).logits.squeeze(-1)
+    # The value of the state before each response token is read at the previous position.
+    return values[:, -response_len - 1:-1].float()
+
+
+def response_mask_from(responses: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """1 up to and including the first EOS, 0 after it."""
+    is_eos = (responses == eos_id).long()
+    before_or_at_first_eos = (is_eos.cumsum(-1) - is_eos) == 0
+    return before_or_at_first_eos.to(torch.float32)
+
+
+def loss_mask(batch: DataProto) -> torch.Tensor:
+    """Response mask with padding rows (from uneven data parallelism) zeroed out."""
+    mask = batch.tensors["response_mask"]
+    return mask * batch.valid_mask().to(mask.device, mask.dtype).unsqueeze(-1)
+
+
+def all_reduce_sum(value: float | torch.Tensor) -> torch.Tensor:
+    t = torch.as_tensor(value, dtype=torch.float64).clone()
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dev = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        t = t.to(dev)
+        dist.all_reduce(t)
+    return t.cpu()
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def sync_gradients(params: list[torch.Tensor]) -> None:
+    world = world_size()
+    if world == 1:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for p, g in zip(params, grads):
+        n = g.numel()
+        p.grad = flat[offset:offset + n].view_as(p).clone()
+        offset += n
+
+
+def denominator(mask: torch.Tensor, agg_mode: str) -> float:
+    """The global count a loss is normalised by: tokens, or sequences with any token."""
+    local = mask.sum() if agg_mode == "token-mean" else (mask.sum(-1) > 0).sum()
+    return float(all_reduce_sum(local))
+
+
+def minibatch_update(batch: DataProto, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                     global_mini_batch: int, micro_batch: int, epochs: int, grad_clip: float,
+                     agg_mode: str, loss_fn: Callable[[DataProto, float, int], tuple[torch.Tensor, dict]]) -> dict:
+    """PPO-style update: for each epoch, for each mini-batch, accumulate micro-batch gradients,
+    all-reduce them, clip and step. Every rank runs the same number of mini-batches."""
+    world = world_size()
+    n_mini = max(1, round(len(batch) * world / global_mini_batch))
+    params = [p for p in model.parameters() if p.requires_grad]
+    metrics: dict[str, list[float]] = {}
+    for _ in range(epochs):
+        for mini in _split(batch, n_mini):
+            denom = denominator(loss_mask(mini), agg_mode)
+            optimizer.zero_grad(set_to_none=True)
+            for micro in _split(mini, max(1, -(-len(mini) // micro_batch))):
+                loss, stats = loss_fn(micro, max(denom, 1.0), world)
+                loss.backward()
+                for k, v in stats.items():
+                    metrics.setdefault(k, []).append(float(v))
+            sync_gradients(params)
+            norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            optimizer.step()
+            metrics.setdefault("grad_norm", []).append(float(norm))
+    optimizer.zero_grad(set_to_none=True)
+    return metrics
+
+
+def _split(batch: DataProto, parts: int) -> list[DataProto]:
+    n = len(batch)
+    parts = min(parts, n) if n else 1
+    sizes = [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+    return batch.split(sizes)
+
+
+def broadcast_module(module: torch.nn.Module) -> None:
+    """Make every rank start from rank 0's weights."""
+    if world_size() == 1:
+        return
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(t.data, src=0)
+
+
+def tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [v for state in optimizer.state.values() for v in state.values()
+            if isinstance(v, torch.Tensor) and v.numel() > 1]
