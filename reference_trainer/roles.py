@@ -19,7 +19,7 @@ def resolve_device(cfg) -> str:
     return cfg.resources.device
 
 
-def build_role_groups(cfg) -> dict:
+def build_role_groups(cfg, env: dict | None = None) -> dict:
     r = cfg.resources
     device = resolve_device(cfg)
     gpus = r.gpus_per_rank if device == "cuda" else 0.0
@@ -30,7 +30,8 @@ def build_role_groups(cfg) -> dict:
         (main if r.critic_pool == "shared" else own.setdefault("critic", {}))["critic"] = (CriticWorker, cfg)
     (main if r.reward_pool == "shared" else own.setdefault("reward", {}))["reward"] = (RewardWorker, cfg)
 
-    common = dict(run_name=run, threads_per_rank=r.threads_per_rank, pg_timeout_s=cfg.debug.pg_timeout_s)
+    common = dict(run_name=run, threads_per_rank=r.threads_per_rank, pg_timeout_s=cfg.debug.pg_timeout_s,
+                  runtime_env={"env_vars": env} if env else None)
     groups = spawn_role_groups(ResourcePool("main", r.n_ranks, r.cpus_per_rank, gpus), main, **common)
     for name, roles in own.items():
         # A reward pool does no tensor work worth a GPU; the critic gets the same shape as the actor.

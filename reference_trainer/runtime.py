@@ -11,16 +11,16 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import ray  # noqa: E402
 
 
-def start_ray(num_cpus: int, worker_env: dict | None = None) -> bool:
-    """Returns True when this call started a cluster that the caller must shut down."""
+def start_ray(num_cpus: int) -> bool:
+    """Returns True when this call connected (and, without RAY_ADDRESS, started a cluster),
+    so the caller must shut down; False when Ray was already initialised by the caller."""
     if ray.is_initialized():
         return False
-    runtime_env = {"env_vars": worker_env} if worker_env else None
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(runtime_env=runtime_env, log_to_driver=True)
-        return True  # we only disconnect; the cluster lives on
+        ray.init(log_to_driver=True)
+        return True  # ray.shutdown() only disconnects; the cluster lives on
     ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1",
-             include_dashboard=True, runtime_env=runtime_env, log_to_driver=True)
+             include_dashboard=True, log_to_driver=True)
     return True
 
 

@@ -24,11 +24,11 @@ from reference_trainer.workers.hybrid import load_tokenizer_for
 
 def fit(cfg: Config) -> list[dict]:
     """Train; returns the per-step metric records (also in <run_dir>/metrics.jsonl)."""
-    started = start_ray(cfg.resources.ray_num_cpus, worker_env=_worker_env(cfg))
+    started = start_ray(cfg.resources.ray_num_cpus)
     trace_path = _start_tracing(cfg)
     groups, history = {}, []
     try:
-        groups = build_role_groups(cfg)
+        groups = build_role_groups(cfg, worker_env(cfg))
         actor, critic, reward = groups["actor"], groups.get("critic"), groups["reward"]
         actor.init_model()
         reward.init_model()
@@ -99,7 +99,8 @@ def warm_start(actor, task, tokenizer, cfg: Config) -> None:
     actor.reset_reference()
 
 
-def _worker_env(cfg: Config) -> dict:
+def worker_env(cfg: Config) -> dict:
+    """Environment for worker processes: debugging switches travel to every rank."""
     env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     if cfg.debug.breakpoints:
         env["RLDBG_BREAKPOINTS"] = ";".join(cfg.debug.breakpoints)
