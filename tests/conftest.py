@@ -11,10 +11,12 @@ import pytest
 
 TESTS = str(Path(__file__).parent)
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_DEBUG"] = "1"  # Ray's debugpy breakpoints (the default in 2.60; explicit for clarity)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [TESTS, os.environ.get("PYTHONPATH")] if p)
 sys.path.insert(0, TESTS)
 
 DASHBOARD_PORT = int(os.environ.get("RLDBG_TEST_DASHBOARD_PORT", "8270"))
+DASHBOARD_URL = f"http://127.0.0.1:{DASHBOARD_PORT}"
 
 
 @pytest.fixture(scope="session")
@@ -25,8 +27,7 @@ def ray_cluster():
     if not ray.is_initialized():
         ray.init(num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=True,
                  dashboard_host="127.0.0.1", dashboard_port=DASHBOARD_PORT, log_to_driver=False)
-    url = f"http://127.0.0.1:{DASHBOARD_PORT}"
     try:
-        yield url
+        yield DASHBOARD_URL
     finally:
         ray.shutdown()

@@ -1,0 +1,37 @@
+"""`rldbg breakpoints`: workers paused at a breakpoint right now, by role and rank."""
+from __future__ import annotations
+
+import json
+import sys
+
+from rldbg.dashboard import Dashboard, DashboardError
+from rldbg.debug.workers import list_paused
+
+HELP = "list paused workers (role, rank, method, debugpy address)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--address", help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS or http://127.0.0.1:8265)")
+    parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+
+
+def run(args) -> int:
+    try:
+        paused = list_paused(Dashboard(args.address))
+    except DashboardError as e:
+        print(f"rldbg breakpoints: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([p.to_dict() for p in paused], indent=2))
+        return 0
+    if not paused:
+        print("no paused workers")
+        return 0
+    rows = [("ROLE", "RANK", "METHOD", "NODE", "PID", "DEBUGPY")]
+    rows += [(p.role, "-" if p.rank is None else f"{p.rank}/{p.world}", p.method or "-",
+              p.node_id[:8], str(p.pid), p.address) for p in paused]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print("\nattach: rldbg attach ROLE:RANK (or HOST:PORT); VS Code: rldbg vscode, or the Ray Distributed Debugger")
+    return 0

@@ -1,0 +1,186 @@
+"""A small REST client for the Ray dashboard (stdlib urllib only).
+
+Works from any process, with or without Ray imported: the CLI, the TUI and the
+tests find paused workers, actors and node memory through it. Ray 2.60 turns on
+token auth for local clusters, so every request carries the bearer token from
+RAY_AUTH_TOKEN or ~/.ray/auth_token when one exists.
+"""
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+_ADDRESS_HINT = "pass --address or set RAY_DASHBOARD_ADDRESS"
+
+
+class DashboardError(RuntimeError):
+    """One-line, user-facing failure talking to the dashboard."""
+
+
+def resolve_address(address: str | None = None) -> str:
+    """Explicit argument, else RAY_DASHBOARD_ADDRESS, else RAY_ADDRESS when it is
+    an http URL (RAY_ADDRESS is often a GCS host:port, which is not the dashboard)."""
+    if address:
+        return _normalise(address)
+    for var in ("RAY_DASHBOARD_ADDRESS", "RAY_ADDRESS"):
+        value = os.environ.get(var, "").strip()
+        if value.startswith(("http://", "https://")):
+            return _normalise(value)
+        if value and var == "RAY_DASHBOARD_ADDRESS":
+            return _normalise(value)
+    return DEFAULT_ADDRESS
+
+
+def _normalise(address: str) -> str:
+    address = address.strip().rstrip("/")
+    if not address.startswith(("http://", "https://")):
+        address = "http://" + address
+    parsed = urllib.parse.urlparse(address)
+    if not parsed.hostname:
+        raise DashboardError(
+            f"bad dashboard address {address!r}: expected http://HOST:PORT, e.g. {DEFAULT_ADDRESS}"
+        )
+    try:
+        parsed.port
+    except ValueError:
+        raise DashboardError(
+            f"bad dashboard address {address!r}: the port must be a number, e.g. {DEFAULT_ADDRESS}"
+        ) from None
+    return address
+
+
+def read_token() -> str | None:
+    token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if token:
+        return token
+    path = Path(os.environ.get("HOME", "~")).expanduser() / ".ray" / "auth_token"
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _filters_query(filters) -> list[tuple[str, str]]:
+    """(key, predicate, value) triples; the state API accepts only '=' and '!='
+    and silently ignores a key without a predicate, so reject anything else."""
+    out = []
+    for f in filters or ():
+        if len(f) != 3 or f[1] not in ("=", "!="):
+            raise ValueError(f"bad filter {f!r}: expected (key, '=' or '!=', value)")
+        key, pred, value = f
+        if isinstance(value, bool):
+            value = str(value)
+        out += [("filter_keys", key), ("filter_predicates", pred), ("filter_values", str(value))]
+    return out
+
+
+class Dashboard:
+    """client = Dashboard(); client.paused_workers() -> [worker dict, ...]"""
+
+    def __init__(self, address: str | None = None, token: str | None = None, timeout: float = 10.0):
+        self.address = resolve_address(address)
+        self.token = token if token is not None else read_token()
+        self.timeout = timeout
+
+    # --- transport -------------------------------------------------------
+    def get(self, path: str, params=None, *, raw: bool = False):
+        url = self.address + path
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        req = urllib.request.Request(url)
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                body = resp.read()
+        except urllib.error.HTTPError as e:
+            raise DashboardError(self._http_message(e, path)) from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise DashboardError(
+                f"cannot reach the Ray dashboard at {self.address} ({reason}); {_ADDRESS_HINT}"
+            ) from None
+        if raw:
+            return body.decode("utf-8", "replace")
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise DashboardError(
+                f"{self.address}{path} did not answer JSON; is {self.address} a Ray dashboard? "
+                f"{_ADDRESS_HINT}"
+            ) from None
+
+    def _http_message(self, e: urllib.error.HTTPError, path: str) -> str:
+        detail = ""
+        try:
+            detail = e.read().decode("utf-8", "replace").strip().splitlines()[0][:200]
+        except Exception:
+            pass
+        # No token: 401. A wrong token: 403 "Invalid authentication token".
+        if e.code == 401 or (e.code == 403 and "authentication token" in detail.lower()):
+            source = "the token sent was rejected" if self.token else "no token found"
+            return (
+                f"the Ray dashboard at {self.address} requires a token ({source}); set "
+                "RAY_AUTH_TOKEN or check ~/.ray/auth_token on this machine"
+            )
+        if e.code == 403 and path.startswith(("/worker/", "/memory_profile")):
+            return (
+                f"the Ray dashboard at {self.address} refuses profiling routes; start the head "
+                "with RAY_DASHBOARD_ENABLE_PROFILING=1 (e.g. RAY_DASHBOARD_ENABLE_PROFILING=1 "
+                "ray start --head ...)"
+            )
+        return f"the Ray dashboard at {self.address} answered {e.code} for {path}: {detail or e.reason}"
+
+    def _state(self, resource: str, detail: bool, filters, limit: int) -> list[dict]:
+        params = [("limit", str(limit))] + _filters_query(filters)
+        if detail:
+            params.append(("detail", "1"))
+        body = self.get(f"/api/v0/{resource}", params)
+        if not body.get("result", True):
+            raise DashboardError(f"/api/v0/{resource}: {body.get('msg', 'failed')}")
+        return body.get("data", {}).get("result", {}).get("result", [])
+
+    # --- state API -------------------------------------------------------
+    def workers(self, detail: bool = True, filters=None, limit: int = 10000) -> list[dict]:
+        return self._state("workers", detail, filters, limit)
+
+    def paused_workers(self) -> list[dict]:
+        """Workers blocked in a debugger breakpoint, waiting for a client. Only
+        num_paused_threads says "paused" (debugger_port stays set afterwards),
+        and both fields appear only with detail=1."""
+        return self.workers(
+            detail=True, filters=[("num_paused_threads", "!=", 0), ("is_alive", "=", True)]
+        )
+
+    def tasks(self, detail: bool = False, filters=None, limit: int = 10000) -> list[dict]:
+        return self._state("tasks", detail, filters, limit)
+
+    def running_tasks_of(self, worker_id: str) -> list[dict]:
+        """A paused task is just RUNNING (is_debugger_paused is always null in 2.60)."""
+        return self.tasks(filters=[("worker_id", "=", worker_id), ("state", "=", "RUNNING")])
+
+    def actors(self, detail: bool = False, filters=None, limit: int = 10000) -> list[dict]:
+        return self._state("actors", detail, filters, limit)
+
+    def nodes(self, filters=None, limit: int = 10000) -> list[dict]:
+        return self._state("nodes", False, filters, limit)
+
+    def nodes_summary(self) -> list[dict]:
+        """Host memory/CPU and gpus[] per node (the dashboard caches it ~2 s)."""
+        body = self.get("/nodes", [("view", "summary")])
+        return body.get("data", {}).get("summary", [])
+
+    def traceback(self, pid: int, ip: str | None = None, node_id: str | None = None, native: bool = False) -> str:
+        """py-spy dump of one worker, as text (needs RAY_DASHBOARD_ENABLE_PROFILING=1 on the head)."""
+        if not ip and not node_id:
+            raise ValueError("traceback() needs ip= or node_id= to locate the worker")
+        params = [("pid", str(int(pid)))]
+        params.append(("ip", ip) if ip else ("node_id", node_id))
+        if native:
+            params.append(("native", "1"))
+        return self.get("/worker/traceback", params, raw=True)

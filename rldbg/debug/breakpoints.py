@@ -1,0 +1,256 @@
+"""Conditional breakpoints for worker code, spec-driven pauses at method entry, and
+post-mortem pauses, all over Ray's debugpy integration.
+
+    rldbg.breakpoint(rank=1)                 pause rank 1 only (any role)
+    rldbg.breakpoint(role="critic", step=3)  pause the critic at step 3
+    rldbg.breakpoint(when=lambda: loss > 10) a callable or a bool
+
+Each pause opens (once per worker) a debugpy listener, shows up in
+`rldbg breakpoints`, the dashboard and VS Code's Ray Distributed Debugger, and
+waits for a client. The stop is reported in the caller's frame, at the line after
+the call (like pdb's breakpoint()). Plain `breakpoint()` keeps Ray's behaviour.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import threading
+import time
+import traceback as _tb
+
+from rldbg import api
+from rldbg.context import current
+from rldbg.debug import listener
+from rldbg.debug.specs import Spec, SpecSet, from_env, matches
+
+POST_MORTEM_ENV = "RLDBG_POST_MORTEM"
+
+# Frames we step out of to reach the user's code.
+_INTERNAL_MODULES = ("rldbg.api", "rldbg.instrument", "rldbg.debug.", "contextlib")
+
+# What is paused in this process right now, and recent hits. The control hub
+# reads these; keys are thread idents.
+_lock = threading.Lock()
+_paused: dict[int, dict] = {}
+_hits: collections.deque = collections.deque(maxlen=100)
+
+
+def paused() -> list[dict]:
+    """Pauses in this process still waiting for a debugger client."""
+    with _lock:
+        return [dict(v) for v in _paused.values()]
+
+
+def hits() -> list[dict]:
+    """The last 100 breakpoint hits in this process (waiting or not)."""
+    with _lock:
+        return [dict(v) for v in _hits]
+
+
+def _user_frame(frame):
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if not any(name == m or name.startswith(m) for m in _INTERNAL_MODULES):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _filter_ok(want, have) -> bool:
+    if want is None:
+        return True
+    if isinstance(want, (list, tuple, set, frozenset, range)):
+        return have in want
+    return have == want
+
+
+def _role_ok(want, have: str) -> bool:
+    if want is None:
+        return True
+    wanted = [want] if isinstance(want, str) else list(want)
+    parts = set((have or "").split("+")) | {have}
+    return any(w in parts for w in wanted)
+
+
+def should_pause(role=None, rank=None, step=None, when=None) -> bool:
+    ctx = current()
+    if not (_role_ok(role, ctx.role) and _filter_ok(rank, ctx.rank) and _filter_ok(step, ctx.step)):
+        return False
+    if callable(when):
+        return bool(when())
+    return True if when is None else bool(when)
+
+
+def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001
+    """Pause here when the current rldbg context matches every given filter.
+    role: a name or list; rank/step: an int or a collection; when: bool or callable."""
+    if not should_pause(role, rank, step, when):
+        return
+    frame = _user_frame(sys._getframe(1))
+    _pause(frame, reason="breakpoint")
+
+
+def _record(frame, reason: str, extra: dict) -> dict:
+    ctx = current()
+    entry = {
+        "reason": reason,
+        "file": frame.f_code.co_filename if frame else None,
+        "line": frame.f_lineno if frame else None,
+        "function": frame.f_code.co_name if frame else None,
+        "role": ctx.role,
+        "rank": ctx.rank,
+        "step": ctx.step,
+        "method": ctx.method,
+        "pid": os.getpid(),
+        "thread": threading.get_ident(),
+        "since": time.time(),
+        **extra,
+    }
+    api.instant(
+        "breakpoint", file=entry["file"], line=entry["line"], role=ctx.role, rank=ctx.rank,
+        step=ctx.step, method=ctx.method, reason=reason,
+    )
+    return entry
+
+
+def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
+    if listener.ray_worker() is None:
+        _pause_without_ray(frame, reason)
+        return
+    host, port = listener.ensure_listening()
+    entry = _record(frame, reason, {"host": host, "port": port, "spec": spec.text if spec else None})
+    with _lock:
+        _hits.append(entry)
+        _paused[entry["thread"]] = entry
+    where = f"{entry['file']}:{entry['line']}"
+    who = f"{entry['role']} rank {entry['rank']}" + (f" step {entry['step']}" if entry["step"] is not None else "")
+    try:
+        listener.wait_for_client(
+            f"rldbg: {reason} in {who} at {where}; waiting for a debugger on {host}:{port} "
+            f"(rldbg attach {host}:{port}, or VS Code's Ray Distributed Debugger)"
+        )
+    finally:
+        with _lock:
+            _paused.pop(entry["thread"], None)
+    if exc_info is not None:
+        listener.stop_on_exception(exc_info)
+    else:
+        listener.stop_in(frame)
+
+
+def _pause_without_ray(frame, reason: str) -> None:
+    # Outside Ray (a unit test, a script) only a terminal debugger makes sense.
+    if sys.stdin is not None and sys.stdin.isatty():
+        import pdb
+
+        pdb.Pdb().set_trace(frame)
+    else:
+        print(f"rldbg: {reason} at {frame.f_code.co_filename}:{frame.f_lineno} skipped "
+              "(no Ray worker and no terminal)", file=sys.stderr)
+
+
+# --- spec-driven pauses at method entry ---------------------------------------
+_active = SpecSet()
+_env_cache: tuple[str, list[Spec]] = ("", [])
+
+
+def active_specs() -> SpecSet:
+    """The process-wide SpecSet a trainer or hub pushes into (add/remove live)."""
+    return _active
+
+
+def set_active_specs(specs) -> None:
+    """Replace the pushed specs: a SpecSet, its JSON, or a list of spec strings."""
+    if isinstance(specs, str):
+        specs = SpecSet.from_json(specs)
+    elif not isinstance(specs, SpecSet):
+        specs = SpecSet(specs)
+    _active.clear()
+    for s in specs.list():
+        _active.add(s)
+
+
+def _env_specs() -> list[Spec]:
+    global _env_cache
+    raw = os.environ.get("RLDBG_BREAKPOINTS", "")
+    if raw != _env_cache[0]:
+        # A bad env spec must not kill a training run: warn once, skip the specs.
+        try:
+            _env_cache = (raw, from_env())
+        except ValueError as e:
+            print(f"rldbg: ignoring RLDBG_BREAKPOINTS: {e}", file=sys.stderr)
+            _env_cache = (raw, [])
+    return _env_cache[1]
+
+
+def match_method_entry(role: str, rank: int, method: str, step: int | None) -> Spec | None:
+    if not _active and not os.environ.get("RLDBG_BREAKPOINTS"):
+        return None  # the common case costs two lookups
+    found = _active.match(role, rank, step, method)
+    if found is None:
+        found = next((s for s in _env_specs() if matches(s, role, rank, step, method)), None)
+    return found
+
+
+def check_method_entry(role: str, rank: int, method: str, step: int | None = None) -> bool:
+    """Called by the seam as a registered method starts. Pauses when a spec matches;
+    the stop shows the dispatch frame about to call the method (step in to enter)."""
+    spec = match_method_entry(role, rank, method, step)
+    if spec is None:
+        return False
+    frame = _user_frame(sys._getframe(1))
+    _pause(frame, reason=f"spec {spec.text}", spec=spec)
+    return True
+
+
+# --- post-mortem --------------------------------------------------------------
+def post_mortem_enabled() -> bool:
+    """RAY_DEBUG_POST_MORTEM=1 (Ray's switch) or RLDBG_POST_MORTEM=1."""
+    return os.environ.get("RAY_DEBUG_POST_MORTEM") == "1" or os.environ.get(POST_MORTEM_ENV) == "1"
+
+
+def post_mortem(exc: BaseException) -> bool:
+    """Pause on `exc` (inside its except block) for a debugger to attach; the client
+    sees the raising frame. Returns True if it paused. With RAY_DEBUG_POST_MORTEM=1
+    Ray pauses by itself once the exception leaves the task, so rldbg leaves it to
+    Ray rather than pausing twice; RLDBG_POST_MORTEM=1 pauses here, with role, rank
+    and method recorded."""
+    if os.environ.get(POST_MORTEM_ENV) != "1" or os.environ.get("RAY_DEBUG_POST_MORTEM") == "1":
+        return False
+    if listener.ray_worker() is None:
+        return False
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    frame = tb.tb_frame if tb is not None else _user_frame(sys._getframe(1))
+    _pause(frame, reason=f"exception {type(exc).__name__}", exc_info=(type(exc), exc, exc.__traceback__))
+    return True
+
+
+class post_mortem_guard:
+    """`with post_mortem_guard(): method(...)` for the seam: pauses on an escaping
+    exception when enabled, then lets it propagate unchanged."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            post_mortem(exc)
+        return False
+
+
+def format_remote_error(role: str, rank: int, method: str, step, exc_or_tb) -> str:
+    """Message for the trainer's RemoteWorkerError: who failed, then the remote
+    traceback (an exception, a traceback string, or a RayTaskError)."""
+    if isinstance(exc_or_tb, BaseException):
+        text = str(exc_or_tb) if type(exc_or_tb).__name__.startswith("RayTaskError") else "".join(
+            _tb.format_exception(type(exc_or_tb), exc_or_tb, exc_or_tb.__traceback__))
+    else:
+        text = str(exc_or_tb)
+    where = f"{role} rank {rank}, method {method}" + (f", step {step}" if step is not None else "")
+    hint = "" if post_mortem_enabled() else (
+        "\n(set RAY_DEBUG_POST_MORTEM=1 or RLDBG_POST_MORTEM=1 to pause the worker at the "
+        "exception and attach with `rldbg attach`)")
+    return f"{where} failed:\n{text.rstrip()}{hint}"

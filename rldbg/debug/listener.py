@@ -1,0 +1,121 @@
+"""Open the worker's debugpy listener and block until a client attaches, the way
+ray.util.debugpy.set_trace does, but stopping in a frame we choose.
+
+Why not call ray.util.debugpy.set_trace: it stops at `sys._getframe().f_back` of
+its own helper, i.e. in whoever called set_trace. Called from rldbg, the user would
+land inside rldbg. We reuse Ray's pieces (port lock, GCS port registration,
+`worker_paused_by_debugger`, which bumps num_paused_threads so the dashboard and
+VS Code's Ray Distributed Debugger list the pause) and hand pydevd the user's frame.
+
+Security: debugpy has NO authentication; whoever reaches the port can run any code
+in the worker. Ray listens on the node IP; rldbg listens on 127.0.0.1 unless the
+node IP is loopback already or RLDBG_DEBUG_ALLOW_REMOTE=1.
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import sys
+import warnings
+
+log = logging.getLogger(__name__)
+
+ALLOW_REMOTE_ENV = "RLDBG_DEBUG_ALLOW_REMOTE"
+_listen_host: str | None = None
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def choose_host(node_ip: str) -> str:
+    """Loopback unless explicitly allowed otherwise."""
+    if _is_loopback(node_ip) or os.environ.get(ALLOW_REMOTE_ENV) == "1":
+        return node_ip
+    warnings.warn(
+        f"rldbg: Ray's node IP is {node_ip}, not loopback; the debugpy listener binds 127.0.0.1 "
+        f"instead because debugpy has no authentication. Attach from this host (rldbg attach "
+        f"127.0.0.1:PORT), or set {ALLOW_REMOTE_ENV}=1 to listen on {node_ip} (anyone who can "
+        "reach it can run code in this worker). To keep all of Ray on loopback start it with "
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 and --node-ip-address=127.0.0.1.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return "127.0.0.1"
+
+
+def ray_worker():
+    """The connected Ray worker, or None outside Ray."""
+    try:
+        import ray
+    except ImportError:
+        return None
+    if not ray.is_initialized():
+        return None
+    return ray._private.worker.global_worker
+
+
+def ensure_listening() -> tuple[str, int]:
+    """(host, port) of this worker's debugpy listener, opening it on first use.
+    debugpy.listen can run once per process; Ray's own breakpoint() reuses the
+    port we register, and we reuse one Ray opened."""
+    global _listen_host
+    import debugpy
+    from ray.util import debugpy as ray_debugpy
+
+    worker = ray_worker()
+    if worker is None:
+        raise RuntimeError("rldbg breakpoints need a Ray worker or driver (ray.init() first)")
+    with ray_debugpy.debugger_port_lock:
+        port = worker.debugger_port
+        if port:
+            return (_listen_host or worker.node_ip_address, int(port))
+        host, port = debugpy.listen((choose_host(worker.node_ip_address), 0))
+        _listen_host = host
+        worker.set_debugger_port(port)
+        log.info("rldbg: debugpy is listening on %s:%s", host, port)
+        return host, int(port)
+
+
+def wait_for_client(message: str) -> None:
+    """Block (counted as paused by the dashboard) until a DAP client attaches.
+    If a client is attached already, debugpy returns at once and the stop is
+    delivered into that session (num_paused_threads never rises)."""
+    import debugpy
+    from ray.util import debugpy as ray_debugpy
+
+    worker = ray_worker()
+    # debugpy overrides breakpoint(); keep plain breakpoint() going to Ray.
+    ray_debugpy._override_breakpoint_hooks()
+    print(message, file=sys.stderr, flush=True)
+    with worker.worker_paused_by_debugger():
+        debugpy.wait_for_client()
+
+
+def stop_in(frame) -> None:
+    """Ask pydevd to stop at the next line executed in `frame` (a step-over whose
+    stop frame is the user's), so the client sees the user's code, not rldbg."""
+    import pydevd
+
+    pydevd.settrace(stop_at_frame=frame)
+
+
+def stop_on_exception(exc_info) -> None:
+    """Report `exc_info` as an uncaught exception to the attached client; the client
+    must have sent setExceptionBreakpoints {filters: [uncaught]} to be stopped."""
+    import threading
+
+    import pydevd
+
+    py_db = pydevd.get_global_debugger()
+    thread = threading.current_thread()
+    info = py_db.set_additional_thread_info(thread)
+    info.is_tracing += 1
+    try:
+        py_db.stop_on_unhandled_exception(py_db, thread, info, exc_info)
+    finally:
+        info.is_tracing -= 1

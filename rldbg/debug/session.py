@@ -1,0 +1,180 @@
+"""The terminal debugger behind `rldbg attach`: pdb-like commands over a DAP client.
+
+The core is a Session fed one command line at a time and writing through an
+`out` callable, so tests drive it with a list of commands and no TTY.
+"""
+from __future__ import annotations
+
+import linecache
+
+from rldbg.debug.dap import DAPClient, DAPError
+
+HELP = """commands:
+  bt, where          stack of the stopped thread (> marks the current frame)
+  up, down           move to the caller / callee frame
+  l, locals          local variables of the current frame
+  p EXPR             evaluate EXPR in the current frame
+  ! STMT             run a statement in the current frame (e.g. !batch_size = 4)
+  list               a few more source lines around the current line
+  n, next            step over
+  s, step            step into
+  finish, out        step out of the current function
+  c, continue        resume; wait for the next stop (Ctrl-C detaches)
+  detach             disconnect; the worker resumes
+  q, quit            same as detach (the worker is never killed)
+  help               this text"""
+
+
+class Session:
+    def __init__(self, client: DAPClient, out=print, context: int = 2, stop_timeout: float = 30.0,
+                 continue_timeout: float | None = None):
+        self.client = client
+        self.out = out
+        self.context = context
+        self.stop_timeout = stop_timeout
+        # None: after `c`, wait for the next stop forever (the CLI); tests bound it.
+        self.continue_timeout = continue_timeout
+        self.frames: list[dict] = []
+        self.index = 0
+        self.active = False
+        self.last_stop: dict = {}
+
+    # --- lifecycle -------------------------------------------------------
+    def start(self, already_attached: bool = False) -> None:
+        if not already_attached:
+            self.client.attach()
+        self.active = True
+        self._after_resume(self.stop_timeout)
+
+    def run(self, commands) -> None:
+        """Execute command lines until one ends the session (or they run out)."""
+        for line in commands:
+            if not self.active:
+                break
+            self.out(f"(rldbg) {line}")
+            self.execute(line)
+
+    def end(self) -> None:
+        if self.active:
+            self.client.disconnect()
+            self.active = False
+
+    # --- state -----------------------------------------------------------
+    @property
+    def frame(self) -> dict | None:
+        return self.frames[self.index] if self.frames else None
+
+    def _load_stack(self) -> None:
+        self.frames = self.client.stack_trace()
+        self.index = 0
+
+    def _after_resume(self, timeout: float | None) -> None:
+        try:
+            self.last_stop = self.client.wait_stopped(timeout if timeout is not None else 10 ** 9)
+        except DAPError as e:
+            if self.client.closed:
+                self.out("the worker's debugger closed the connection (the process ended?)")
+            else:
+                self.out(f"no stop ({e}); detaching, the worker keeps running")
+                self.client.disconnect()
+            self.active = False
+            return
+        self._load_stack()
+        reason = self.last_stop.get("reason", "stopped")
+        text = self.last_stop.get("text") or self.last_stop.get("description")
+        self.out(f"stopped: {reason}" + (f" ({text})" if text and text != reason else ""))
+        self.show_location()
+
+    # --- output ----------------------------------------------------------
+    def show_location(self, context: int | None = None) -> None:
+        f = self.frame
+        if f is None:
+            self.out("no frames")
+            return
+        path = f.get("source", {}).get("path") or "<unknown>"
+        line = f.get("line") or 0
+        self.out(f"> {path}:{line} in {f.get('name')}")
+        n = self.context if context is None else context
+        shown = False
+        for no in range(max(1, line - n), line + n + 1):
+            text = linecache.getline(path, no)
+            if text:
+                shown = True
+                self.out(f"{'->' if no == line else '  '} {no:5d}  {text.rstrip()}")
+        if not shown:
+            self.out("   (source not available on this machine)")
+
+    def _bt(self) -> None:
+        for i, f in enumerate(self.frames):
+            mark = ">" if i == self.index else " "
+            path = f.get("source", {}).get("path") or "<unknown>"
+            self.out(f"{mark} #{i:<2d} {f.get('name')}  {path}:{f.get('line')}")
+
+    def _locals(self) -> None:
+        scopes = self.client.scopes(self.frame["id"])
+        local = next((s for s in scopes if s.get("name", "").lower().startswith("local")), scopes[0] if scopes else None)
+        if local is None:
+            self.out("no locals")
+            return
+        for v in self.client.variables(local["variablesReference"]):
+            # debugpy groups dunders and functions under pseudo-variables.
+            if v["name"] in ("special variables", "function variables", "class variables"):
+                continue
+            kind = f"  ({v['type']})" if v.get("type") else ""
+            self.out(f"  {v['name']} = {v.get('value')}{kind}")
+
+    # --- commands --------------------------------------------------------
+    def execute(self, line: str) -> None:
+        line = line.strip()
+        if not line:
+            return
+        cmd, _, arg = line.partition(" ")
+        arg = arg.strip()
+        if cmd.startswith("!"):
+            cmd, arg = "!", line[1:].strip()
+        try:
+            self._execute(cmd, arg)
+        except DAPError as e:
+            self.out(f"*** {e}")
+            if self.client.closed:
+                self.active = False
+
+    def _execute(self, cmd: str, arg: str) -> None:
+        if cmd in ("help", "h", "?"):
+            self.out(HELP)
+        elif cmd in ("bt", "where", "w"):
+            self._bt()
+        elif cmd in ("up", "u", "down", "d"):
+            step = 1 if cmd in ("up", "u") else -1
+            new = self.index + step
+            if not 0 <= new < len(self.frames):
+                self.out("*** already at the " + ("outermost" if step > 0 else "innermost") + " frame")
+                return
+            self.index = new
+            self.show_location()
+        elif cmd in ("l", "locals"):
+            self._locals()
+        elif cmd == "list":
+            self.show_location(context=5)
+        elif cmd in ("p", "print", "!"):
+            if not arg:
+                self.out(f"*** usage: {cmd} EXPR")
+                return
+            result = self.client.evaluate(arg, self.frame["id"] if self.frame else None, context="repl")
+            if cmd != "!" or result.get("result"):
+                self.out(result.get("result", ""))
+        elif cmd in ("n", "next", "s", "step", "finish", "out", "c", "continue", "cont"):
+            action = {"n": self.client.next, "next": self.client.next, "s": self.client.step_in,
+                      "step": self.client.step_in, "finish": self.client.step_out, "out": self.client.step_out,
+                      }.get(cmd, self.client.continue_)
+            action()
+            if action == self.client.continue_:
+                self.out("continuing; waiting for the next stop (Ctrl-C detaches)")
+                self._after_resume(self.continue_timeout)
+            else:
+                self._after_resume(self.stop_timeout)
+        elif cmd in ("detach", "q", "quit", "exit"):
+            self.end()
+            self.out("detached; the worker resumes")
+        else:
+            self.out(f"*** unknown command {cmd!r}; type help")

@@ -1,0 +1,145 @@
+"""Paused workers as users name them: role, rank, method, debugpy address.
+
+The dashboard knows a paused worker only by pid/port (num_paused_threads != 0);
+its running task gives the method ("<actor repr>.<method>"), and the actor's
+repr_name gives role and rank when the trainer names actors like
+"actor_rollout_ref[rank 1/2]" or "actor_rollout_ref+critic[rank 1/2]".
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import asdict, dataclass
+
+from rldbg.dashboard import Dashboard
+
+_REPR = re.compile(r"^(?P<roles>[\w+\-.]+)\[rank (?P<rank>\d+)/(?P<world>\d+)\]$")
+
+
+@dataclass
+class PausedWorker:
+    role: str
+    rank: int | None
+    world: int | None
+    method: str | None
+    task: str | None
+    host: str
+    port: int | None
+    pid: int
+    node_id: str
+    worker_id: str
+    actor_id: str | None
+    paused_threads: int
+    cwd: str | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.role} rank {self.rank}" if self.rank is not None else f"{self.role} pid {self.pid}"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "address": self.address}
+
+
+def parse_repr(repr_name: str | None):
+    """"actor_rollout_ref+critic[rank 1/2]" -> ("actor_rollout_ref+critic", 1, 2), else None."""
+    m = _REPR.match((repr_name or "").strip())
+    if not m:
+        return None
+    return m.group("roles"), int(m.group("rank")), int(m.group("world"))
+
+
+def _local_cwd(pid: int, ip: str) -> str | None:
+    # Only meaningful when the worker runs on this machine.
+    if not _is_local(ip):
+        return None
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
+def _is_local(ip: str) -> bool:
+    if ip.startswith("127.") or ip in ("localhost", "::1"):
+        return True
+    try:
+        return ip in {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None)}
+    except OSError:
+        return False
+
+
+def list_paused(dash: Dashboard) -> list[PausedWorker]:
+    out = []
+    for w in dash.paused_workers():
+        tasks = dash.running_tasks_of(w["worker_id"])
+        task = tasks[0] if tasks else {}
+        name = task.get("name") or task.get("func_or_class_name")
+        actor_id = task.get("actor_id")
+        role, rank, world = None, None, None
+        actor = {}
+        if actor_id:
+            # repr_name is a detail column of the state API.
+            found = dash.actors(detail=True, filters=[("actor_id", "=", actor_id)])
+            actor = found[0] if found else {}
+            parsed = parse_repr(actor.get("repr_name"))
+            if parsed:
+                role, rank, world = parsed
+        if role is None:
+            role = actor.get("class_name") or (name.rsplit(".", 1)[0] if name and "." in name else "task")
+        method = name.rsplit(".", 1)[-1] if name else None
+        out.append(PausedWorker(
+            role=role, rank=rank, world=world, method=method, task=name,
+            host=w.get("ip") or "127.0.0.1", port=w.get("debugger_port"), pid=int(w["pid"]),
+            node_id=w.get("node_id", ""), worker_id=w["worker_id"], actor_id=actor_id,
+            paused_threads=int(w.get("num_paused_threads") or 0),
+            cwd=_local_cwd(int(w["pid"]), w.get("ip") or ""),
+        ))
+    out.sort(key=lambda p: (p.role, p.rank if p.rank is not None else -1, p.pid))
+    return out
+
+
+class TargetError(ValueError):
+    """A target that names no paused worker; one line for the user."""
+
+
+TARGET_FORM = "HOST:PORT, ROLE:RANK (a paused worker), or nothing (the only paused worker)"
+
+
+def resolve_target(target: str | None, dash_factory) -> tuple[str, int, PausedWorker | None]:
+    """-> (host, port, worker or None). dash_factory is called only when the
+    dashboard is needed, so `attach 127.0.0.1:5678` works without Ray."""
+    if target:
+        host, sep, tail = target.rpartition(":")
+        if not sep or not host:
+            raise TargetError(f"bad target {target!r}: expected {TARGET_FORM}")
+        if _is_address(host):
+            if not tail.isdigit() or not 0 < int(tail) < 65536:
+                raise TargetError(f"bad target {target!r}: {tail!r} is not a port (1-65535); expected {TARGET_FORM}")
+            return host.strip("[]"), int(tail), None
+        if not tail.isdigit():
+            raise TargetError(f"bad target {target!r}: the part after ':' must be a port or a rank; expected {TARGET_FORM}")
+        role, rank = host, int(tail)
+        paused = list_paused(dash_factory())
+        for p in paused:
+            if p.rank == rank and (p.role == role or role in p.role.split("+")):
+                return p.host, int(p.port), p
+        listing = ", ".join(f"{p.role}:{p.rank}" for p in paused) or "none"
+        raise TargetError(f"no paused worker {role}:{rank}; paused now: {listing}")
+    paused = list_paused(dash_factory())
+    if not paused:
+        raise TargetError("no paused workers (nothing is waiting at a breakpoint); see `rldbg breakpoints`")
+    if len(paused) > 1:
+        listing = ", ".join(f"{p.role}:{p.rank} ({p.address})" for p in paused)
+        raise TargetError(f"{len(paused)} workers are paused; pick one: {listing}")
+    p = paused[0]
+    return p.host, int(p.port), p
+
+
+def _is_address(host: str) -> bool:
+    # Role names never contain dots, so an IP, [IPv6], localhost or a dotted host
+    # name is an address; a bare word is a role.
+    return host == "localhost" or host.startswith("[") or "." in host
