@@ -34,12 +34,13 @@ class ResourcePool:
             pg = placement_group([dict(bundle) for _ in range(self.n_ranks)], strategy=self.strategy)
             ready, _ = ray.wait([pg.ready()], timeout=self.ready_timeout_s)
             if not ready:
-                total = ray.cluster_resources()
+                total, free = ray.cluster_resources(), ray.available_resources()
                 ray.util.remove_placement_group(pg)
+                have = ", ".join(f"{k} {free.get(k, 0):g} free of {total.get(k, 0):g}" for k in bundle)
                 raise RuntimeError(
-                    f"resource pool {self.name!r} needs {self.n_ranks} × {bundle} but the cluster has "
-                    f"CPU={total.get('CPU', 0)}, GPU={total.get('GPU', 0)}; lower resources.n_ranks or "
-                    f"resources.cpus_per_rank / resources.gpus_per_rank"
+                    f"resource pool {self.name!r} needs {self.n_ranks} × {bundle} but the cluster has {have} "
+                    f"(after {self.ready_timeout_s:g} s); lower resources.n_ranks or "
+                    f"resources.cpus_per_rank / resources.gpus_per_rank, or free the cluster"
                 )
             self._pg = pg
         return self._pg

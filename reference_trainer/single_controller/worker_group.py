@@ -134,9 +134,13 @@ def spawn_role_groups(pool: ResourcePool, roles: dict, run_name: str, threads_pe
 
 
 def shutdown_groups(groups) -> None:
-    seen = set()
+    """Kill the groups' actors and give their placement groups back."""
+    seen, pools = set(), {}
     for group in groups:
+        pools[id(group.pool)] = group.pool
         for h in group.hosts:
             if id(h) not in seen:
                 seen.add(id(h))
                 ray.kill(h)
+    for pool in pools.values():
+        pool.release()
