@@ -1,25 +1,97 @@
-"""User-facing tracing and breakpoint API. The tracing module replaces the no-op
-bodies; breakpoint() delegates to rldbg.debug.breakpoints."""
+"""User-facing tracing and breakpoint API, for any Ray code (trainer or not).
+
+    with rldbg.span("compute_advantages", n=len(batch)): ...
+    @rldbg.span("score")                     # decorator form
+    rldbg.instant("eval_done", acc=0.9)
+    rldbg.counter("throughput", tokens_per_s=1234.0)
+
+Events inherit role/rank/step/method from rldbg.context. When tracing is off everything is a
+flag check; a process looks for the collector once, on its first call (see trace/runtime.py).
+breakpoint() delegates to rldbg.debug.breakpoints.
+"""
 from __future__ import annotations
 
-import contextlib
+import functools
+import time
+
+from rldbg.context import current
+from rldbg.trace import runtime as _rt
+
+_STATE = _rt.STATE
 
 
-@contextlib.contextmanager
-def _noop_span():
-    yield
+def _on() -> bool:
+    if _STATE.on:
+        return True
+    if not _STATE.looked_up:
+        return _rt.lookup()
+    return False
 
 
-def span(name: str, **args):
-    return _noop_span()
+class _Span:
+    """Context manager and decorator. Timing starts on __enter__, so one object may be reused."""
+
+    __slots__ = ("name", "args", "t0")
+
+    def __init__(self, name: str, args: dict):
+        self.name, self.args, self.t0 = name, args, 0
+
+    def __enter__(self):
+        self.t0 = time.time_ns() if _on() else 0
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if self.t0 and _STATE.on:
+            ctx = current()
+            args = self.args if et is None else dict(self.args, error=et.__name__)
+            _rt.emit(("X", "user", self.name, self.t0, time.time_ns() - self.t0, ctx.role, ctx.rank,
+                      ctx.step, ctx.method, None, args))
+        return False
+
+    def __call__(self, fn):
+        name, args = self.name, self.args
+
+        @functools.wraps(fn)
+        def wrapper(*a, **kw):
+            with _Span(name, args):
+                return fn(*a, **kw)
+        return wrapper
+
+
+class _OffSpan(_Span):
+    """Returned while tracing is off: entering costs nothing; as a decorator it still builds a
+    real span per call, so functions decorated before tracing started are traced later."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        return False
+
+
+def span(name: str, **args) -> _Span:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"span name must be a non-empty string, got {name!r}")
+    if not _STATE.on and _STATE.looked_up:
+        return _OffSpan(name, args)
+    return _Span(name, args)
 
 
 def instant(name: str, **args) -> None:
-    return None
+    if _on():
+        ctx = current()
+        _rt.emit(("i", "user", name, time.time_ns(), 0, ctx.role, ctx.rank, ctx.step, ctx.method, None, args))
 
 
 def counter(name: str, **values) -> None:
-    return None
+    if _on():
+        bad = [k for k, v in values.items() if not isinstance(v, (int, float))]
+        if bad:
+            raise ValueError(f"counter {name!r}: values must be numbers, got {bad[0]}={values[bad[0]]!r}")
+        ctx = current()
+        _rt.emit(("C", "user", name, time.time_ns(), 0, ctx.role, ctx.rank, ctx.step, ctx.method, None, values))
 
 
 def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001

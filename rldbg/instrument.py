@@ -11,7 +11,7 @@ Driver side, around every worker-group call:
     call.tag                                               # small picklable tag sent with the call to ranks
 
 Worker side:
-    set_worker_identity(role, rank, world)                 # once, at actor start
+    set_worker_identity(role, rank, world)                 # once, at actor start; finds the collector
     with worker_call(role, rank, method, tag): ...         # one span per rank per registered call
     with transition("offload_optimizer", **args): ...      # hybrid-engine mode switches; memory before/after
     ledger(category, nbytes)                               # bytes held by category (params, optimizer, kv_cache, ...)
@@ -19,17 +19,25 @@ Worker side:
 Driver step markers:
     with step(n): ...
 
-Every hook must cost next to nothing when tracing is off and never block training.
+Every hook costs one flag check when tracing is off (rldbg.trace.runtime.STATE.on) and never
+blocks training: events go to a bounded per-process buffer shipped by a background thread.
+A driver call is recorded as ONE event when it ends; the exporter expands it into
+call > dispatch > send→rank i, and call > wait > recv←rank i slices joined by flows.
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from rldbg.context import current, set_identity
+from rldbg.memory.probes import sample as _mem_sample
+from rldbg.trace import runtime as _rt
+from rldbg.trace.events import LEDGER, MEMORY
 
 _flow_ids = itertools.count(1)
+_ident = {"role": None, "rank": 0}
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,7 @@ class CallTag:
     group: str
     method: str
     step: int | None
+    traced: bool = False   # the driver was tracing: a worker that has not found the collector looks now
 
 
 @dataclass
@@ -49,51 +58,181 @@ class Call:
     world: int
     t_begin: int = 0
     t_dispatched: int = 0
+    shards: list | None = field(default=None, repr=False)
 
+
+def enabled() -> bool:
+    """True when this process records events."""
+    return _rt.STATE.on
+
+
+def identity() -> tuple[str, int]:
+    """(role, rank) given to set_worker_identity; the current context when never set."""
+    if _ident["role"] is None:
+        ctx = current()
+        return ctx.role, ctx.rank
+    return _ident["role"], _ident["rank"]
+
+
+def summarize(obj) -> dict | None:
+    """A small JSON-able description of a shard or result: rows, keys with shape/dtype/nbytes."""
+    if obj is None:
+        return None
+    if hasattr(obj, "shape") and hasattr(obj, "dtype"):
+        nbytes = getattr(obj, "nbytes", None)
+        if nbytes is None and hasattr(obj, "element_size"):
+            nbytes = obj.numel() * obj.element_size()
+        return {"rows": int(obj.shape[0]) if len(obj.shape) else 1,
+                "keys": [{"key": "", "shape": list(obj.shape), "dtype": str(obj.dtype), "nbytes": int(nbytes or 0)}]}
+    if isinstance(obj, dict):
+        keys, rows = [], None
+        for k, v in obj.items():
+            s = summarize(v) if hasattr(v, "shape") else None
+            if s:
+                keys.append(dict(s["keys"][0], key=str(k)))
+                rows = s["rows"] if rows is None else rows
+        return {"rows": rows or 0, "keys": keys}
+    if isinstance(obj, (list, tuple)):
+        return {"rows": len(obj), "keys": []}
+    return {"type": type(obj).__name__}
+
+
+def _shard_brief(s) -> dict | None:
+    if not isinstance(s, dict):
+        return None
+    keys = s.get("keys") or []
+    return {"rows": s.get("rows"), "nbytes": sum(int(k.get("nbytes") or 0) for k in keys),
+            "keys": [k.get("key") for k in keys][:16]}
+
+
+def _mem_value(m: dict) -> int:
+    return m.get("device_used", m["rss"])
+
+
+# ---- driver -------------------------------------------------------------------------------
 
 def call_begin(group: str, method: str, mode: str, world: int, step: int | None = None) -> Call:
-    return Call(CallTag(next(_flow_ids), group, method, step), mode, world)
+    on = _rt.STATE.on
+    call = Call(CallTag(next(_flow_ids), group, method, step, on), mode, world)
+    if on:
+        call.t_begin = time.time_ns()
+    return call
 
 
 def call_dispatched(call: Call, shards: list | None = None) -> None:
-    return None
+    if _rt.STATE.on:
+        call.t_dispatched = time.time_ns()
+        if shards is not None:
+            call.shards = [_shard_brief(s) for s in shards]
+
+
+def _finish(call: Call, status: str, extra: dict) -> None:
+    if not _rt.STATE.on or not call.t_begin:
+        return
+    t_end = time.time_ns()
+    tag = call.tag
+    args = {"group": tag.group, "mode": call.mode, "world": call.world, "status": status,
+            "t_dispatched": call.t_dispatched or t_end, "shards": call.shards, **extra}
+    _rt.emit(("D", "call", f"{tag.group}.{tag.method}", call.t_begin, t_end - call.t_begin,
+              "driver", 0, tag.step, tag.method, tag.flow_id, args))
 
 
 def call_collected(call: Call, result=None) -> None:
-    return None
+    if _rt.STATE.on:
+        _finish(call, "ok", {"result": result if isinstance(result, (dict, type(None))) else summarize(result)})
 
 
 def call_failed(call: Call, exc: BaseException) -> None:
-    return None
+    if _rt.STATE.on:
+        _finish(call, "error", {"error": f"{type(exc).__name__}: {exc}"[:500]})
 
+
+@contextlib.contextmanager
+def step(n: int):
+    ctx = current()
+    ctx.step = n
+    if not _rt.STATE.on:
+        yield
+        return
+    t0 = time.time_ns()
+    _rt.emit(("i", "step", "step start", t0, 0, "driver", 0, n, None, None, {"step": n}))
+    try:
+        yield
+    finally:
+        _rt.emit(("X", "step", f"step {n}", t0, time.time_ns() - t0, "driver", 0, n, None, None, {"step": n}))
+
+
+# ---- worker -------------------------------------------------------------------------------
 
 def set_worker_identity(role: str, rank: int, world: int) -> None:
     set_identity(role, rank, world)
+    _ident["role"], _ident["rank"] = role, rank
+    _rt.lookup(force=True)
 
 
 @contextlib.contextmanager
 def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
     ctx = current()
-    prev = (ctx.role, ctx.method, ctx.step, ctx.flow_id)
-    ctx.role, ctx.method = role, method
+    prev = (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id)
+    ctx.role, ctx.rank, ctx.method = role, rank, method
     if tag is not None:
         ctx.step, ctx.flow_id = tag.step, tag.flow_id
+    if not _rt.STATE.on:
+        # Tracing may have started after this actor did: the tag says so, else a slow re-check.
+        _rt.lookup(recheck_s=1.0) if tag is not None and tag.traced else _rt.lookup()
+    if not _rt.STATE.on:
+        try:
+            yield
+        finally:
+            ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = prev
+        return
+    flow = tag.flow_id if tag is not None else None
+    args = {"role": role, "rank": rank, "step": ctx.step, "method": method, "flow": flow,
+            "group": tag.group if tag is not None else None}
+    m0 = _mem_sample()
+    t0 = time.time_ns()
+    _rt.emit(("C", "memory", MEMORY, t0, 0, role, rank, ctx.step, method, None, m0))
     try:
         yield
+    except BaseException as e:
+        args["status"] = f"error: {type(e).__name__}"
+        raise
     finally:
-        ctx.role, ctx.method, ctx.step, ctx.flow_id = prev
+        t1 = time.time_ns()
+        m1 = _mem_sample()
+        args["mem_before"], args["mem_after"] = _mem_value(m0), _mem_value(m1)
+        _rt.emit(("X", "call", method, t0, t1 - t0, role, rank, ctx.step, method, flow, args))
+        _rt.emit(("C", "memory", MEMORY, t1, 0, role, rank, ctx.step, method, None, m1))
+        ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = prev
 
 
 @contextlib.contextmanager
 def transition(name: str, **args):
-    yield
-
-
-@contextlib.contextmanager
-def step(n: int):
-    current().step = n
-    yield
+    if not _rt.STATE.on:
+        yield
+        return
+    ctx = current()
+    role, rank, stp, method = ctx.role, ctx.rank, ctx.step, ctx.method
+    m0 = _mem_sample()
+    t0 = time.time_ns()
+    _rt.emit(("C", "memory", MEMORY, t0, 0, role, rank, stp, method, None, m0))
+    a = {"role": role, "rank": rank, "step": stp, "method": method, **args}
+    try:
+        yield
+    except BaseException as e:
+        a["status"] = f"error: {type(e).__name__}"
+        raise
+    finally:
+        t1 = time.time_ns()
+        m1 = _mem_sample()
+        a["mem_before"], a["mem_after"] = _mem_value(m0), _mem_value(m1)
+        _rt.emit(("X", "transition", name, t0, t1 - t0, role, rank, stp, method, None, a))
+        _rt.emit(("C", "memory", MEMORY, t1, 0, role, rank, stp, method, None, m1))
 
 
 def ledger(category: str, nbytes: int) -> None:
-    return None
+    if not _rt.STATE.on:
+        return
+    ctx = current()
+    _rt.emit(("C", "ledger", LEDGER, time.time_ns(), 0, ctx.role, ctx.rank, ctx.step, ctx.method, None,
+              {str(category): int(nbytes)}))

@@ -1,0 +1,51 @@
+"""rldbg export [--address ADDR [--collector NAME] | SPILL_DIR] -o trace.json[.gz]"""
+from __future__ import annotations
+
+import os
+import sys
+
+HELP = "write a run's collected events as a Perfetto trace"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("spill_dir", nargs="?", help="a spill directory (<trace>.spill) left by a run")
+    parser.add_argument("--address", help="Ray cluster address of a running traced job (e.g. auto)")
+    parser.add_argument("--collector", help="collector actor name (default: the only rldbg-collector-*)")
+    parser.add_argument("-o", "--output", required=True, help="output trace, .json or .json.gz")
+
+
+def _spill_from_cluster(address: str, name: str | None) -> str:
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+    from rldbg.trace.collector import NAME_PREFIX, NAMESPACE
+    ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR")
+    try:
+        if name is None:
+            names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                     if a["namespace"] == NAMESPACE and a["name"].startswith(NAME_PREFIX)]
+            if len(names) != 1:
+                raise SystemExit(f"rldbg export: found {len(names)} collectors {names}; pick one with --collector")
+            name = names[0]
+        handle = ray.get_actor(name, namespace=NAMESPACE)
+        # The collector flushes each batch to disk on arrival; export reads the same files.
+        return ray.get(handle.stats.remote(), timeout=30)["spill_dir"]
+    finally:
+        ray.shutdown()
+
+
+def run(args) -> int:
+    from rldbg.trace.export import export_spill
+    if not (args.output.endswith(".json") or args.output.endswith(".json.gz")):
+        print(f"rldbg export: output {args.output!r} must end in .json or .json.gz", file=sys.stderr)
+        return 2
+    if bool(args.spill_dir) == bool(args.address):
+        print("rldbg export: give either SPILL_DIR or --address (not both, not neither)", file=sys.stderr)
+        return 2
+    try:
+        spill = args.spill_dir or _spill_from_cluster(args.address, args.collector)
+        info = export_spill(spill, args.output)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"rldbg export: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {info['path']} ({info['events']} events)")
+    return 0

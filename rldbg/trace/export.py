@@ -1,0 +1,163 @@
+"""Spill directory → Chrome JSON trace that Perfetto loads without import errors.
+
+Layout (Perfetto pitfalls in /work/shared/FACTS.md): one process per role with small int pids
+and process_name metadata (the driver is pid 1), one thread per rank (tid = rank + 1, named
+"rank N"); counters are per-process tracks named "rank N <counter> <series>". Timestamps are
+integer ns relative to the origin, written as exact 3-decimal µs. Each driver call becomes
+call > dispatch > send→rank i, call > wait > recv←rank i, and the flow for rank i runs
+send → the rank's slice → recv with flow v2 (one bind_id per call and rank, flow_in+flow_out on
+the rank slice). Two passes over the spill so memory stays bounded by calls, not events.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+from rldbg.trace.spill import iter_batches, iter_events, read_meta
+
+_dumps = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
+
+
+def _us(ns: int) -> str:
+    q, r = divmod(ns, 1000)
+    return f"{q}.{r:03d}"
+
+
+class _Index:
+    """What pass 1 learns: tracks, rank slice ends per call, drops, the time origin."""
+
+    def __init__(self, meta: dict):
+        self.origin = int(meta.get("origin_ns") or 0)
+        self.meta = meta
+        self.roles: dict[str, int] = {"driver": 1}
+        self.ranks: dict[str, set] = {"driver": {0}}
+        self.rank_ends: dict[int, dict] = {}      # flow -> {(role, rank): ts_end}
+        self.drops: dict[str, list] = {}          # "host:pid" -> [dropped, t_sent]
+        self.n = 0
+
+    def see(self, batch: dict, ev: list) -> None:
+        ph, cat, _, ts, dur, role, rank = ev[:7]
+        self.n += 1
+        if self.origin == 0 or ts < self.origin:
+            self.origin = ts
+        if role not in self.roles:
+            self.roles[role] = len(self.roles) + 1
+        self.ranks.setdefault(role, set()).add(rank)
+        if ph == "X" and cat == "call" and ev[9] is not None:
+            self.rank_ends.setdefault(ev[9], {})[(role, rank)] = ts + dur
+
+
+def _index(spill_dir: str) -> _Index:
+    idx = _Index(read_meta(spill_dir))
+    for batch in iter_batches(spill_dir):
+        for ev in batch.get("events", ()):
+            idx.see(batch, ev)
+        key = f"{batch.get('host')}:{batch.get('pid')}"
+        if batch.get("dropped"):
+            idx.drops[key] = [batch["dropped"], batch.get("t_sent", 0)]
+    return idx
+
+
+def _open(path: str):
+    if path.endswith(".gz"):
+        return gzip.open(path, "wt", encoding="utf-8", compresslevel=3)
+    if path.endswith(".json"):
+        return open(path, "w", encoding="utf-8")
+    raise ValueError(f"output {path!r} must end in .json or .json.gz")
+
+
+def export_spill(spill_dir: str, out_path: str) -> dict:
+    """Write the trace; returns {"events": n_in, "written": n_out, "path": out_path}."""
+    idx = _index(spill_dir)
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)) or ".", exist_ok=True)
+    flow_ids: dict = {}
+    written = 0
+    with _open(out_path) as f:
+        def put(obj: dict) -> None:
+            nonlocal written
+            f.write(_dumps(obj))
+            f.write(",\n")
+            written += 1
+
+        f.write("[\n")
+        for role, pid in idx.roles.items():
+            put({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": role}})
+            for rank in sorted(idx.ranks.get(role, ())):
+                tname = "driver" if role == "driver" else f"rank {rank}"
+                put({"ph": "M", "pid": pid, "tid": rank + 1, "name": "thread_name", "args": {"name": tname}})
+        put({"ph": "i", "s": "g", "pid": 1, "tid": 1, "name": "rldbg trace start", "ts": "0.000",
+             "args": {"origin_unix_ns": idx.origin, "job_id": idx.meta.get("job_id"), "format": "rldbg-1"}})
+
+        def flow_id(flow, role, rank) -> int:
+            return flow_ids.setdefault((flow, role, rank), len(flow_ids) + 1)
+
+        for _, ev in iter_events(spill_dir):
+            ph, cat, name, ts, dur, role, rank, stp, method, flow, args = ev
+            pid, tid, rel = idx.roles[role], rank + 1, ts - idx.origin
+            if ph == "X":
+                a = dict(args or {})
+                a.setdefault("role", role)
+                a.setdefault("rank", rank)
+                if stp is not None:
+                    a.setdefault("step", stp)
+                if method is not None:
+                    a.setdefault("method", method)
+                e = {"ph": "X", "pid": pid, "tid": tid, "cat": cat, "name": name, "ts": _us(rel),
+                     "dur": _us(dur), "args": a}
+                if cat == "call" and flow is not None:
+                    e.update(bind_id=flow_id(flow, role, rank), flow_in=True, flow_out=True)
+                put(e)
+            elif ph == "D":
+                _driver_call(put, ev, idx, flow_id)
+            elif ph == "C":
+                put({"ph": "C", "pid": pid, "name": f"rank {rank} {name}", "ts": _us(rel), "args": args})
+            elif ph == "i":
+                put({"ph": "i", "s": "t", "pid": pid, "tid": tid, "cat": cat, "name": name, "ts": _us(rel),
+                     "args": dict(args or {}, role=role, rank=rank, step=stp)})
+        total = 0
+        for key, (dropped, t_sent) in sorted(idx.drops.items()):
+            total += dropped
+            rel = max(t_sent - idx.origin, 0)
+            put({"ph": "i", "s": "t", "pid": 1, "tid": 1, "cat": "rldbg", "name": "events dropped",
+                 "ts": _us(rel), "args": {"process": key, "dropped": dropped}})
+        # Last line carries no trailing comma; a writer that dies before it leaves a truncated
+        # array, which Perfetto and rldbg report still read.
+        f.write(_dumps({"ph": "C", "pid": 1, "name": "rldbg dropped events", "ts": "0.000",
+                        "args": {"total": total}}) + "\n]\n")
+        written += 1
+    return {"events": idx.n, "written": written, "path": out_path}
+
+
+def _driver_call(put, ev: list, idx: _Index, flow_id) -> None:
+    _, _, name, ts, dur, role, _, stp, method, flow, args = ev
+    o = idx.origin
+    end, world = ts + dur, int(args.get("world") or 0)
+    t_disp = min(max(int(args.get("t_dispatched") or end), ts), end)
+    group = args.get("group")
+    ends = idx.rank_ends.get(flow, {})
+    served = sorted({r for (ro, r) in ends}) if ends else []
+    base = {"role": "driver", "group": group, "method": method, "step": stp, "flow": flow}
+    put({"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": method, "ts": _us(ts - o),
+         "dur": _us(dur), "args": dict(base, mode=args.get("mode"), world=world, status=args.get("status"),
+                                        error=args.get("error"), result=args.get("result"))})
+    put({"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": "dispatch", "ts": _us(ts - o),
+         "dur": _us(t_disp - ts), "args": base})
+    shards = args.get("shards") or []
+    n = max(world, len(served), 1)
+    step_ns = (t_disp - ts) // n
+    roles_of = {r: ro for (ro, r) in ends}
+    for i in range(n):
+        e = {"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": f"send → rank {i}",
+             "ts": _us(ts + i * step_ns - o), "dur": _us(step_ns),
+             "args": dict(base, rank=i, shard=shards[i] if i < len(shards) else None)}
+        if i in roles_of:
+            e.update(bind_id=flow_id(flow, roles_of[i], i), flow_out=True)
+        put(e)
+    put({"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": "wait", "ts": _us(t_disp - o),
+         "dur": _us(end - t_disp), "args": base})
+    for (ro, r), t in sorted(ends.items(), key=lambda kv: kv[1]):
+        at = min(max(t, t_disp), end)
+        put({"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": f"recv ← rank {r}",
+             "ts": _us(at - o), "dur": "0.000", "args": dict(base, rank=r, role_served=ro),
+             "bind_id": flow_id(flow, ro, r), "flow_in": True})

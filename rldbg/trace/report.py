@@ -1,0 +1,243 @@
+"""What a trace says about a run: where step time goes, who straggles, how long the controller
+idles between calls, memory peaks per phase, and memory that an offload did not give back.
+
+Works on the exported Chrome JSON (rldbg's own layout: see export.py), so a trace copied off a
+cluster can be analysed anywhere.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+import statistics
+from collections import defaultdict
+
+from rldbg.trace.events import OFFLOADS
+from rldbg.trace.load import TraceFileError, load_events, ts_ns
+
+STRAGGLER_RATIO = 1.5
+LEAK_BYTES = 16 * 1024 * 1024
+LEDGER_RESIDUE_BYTES = 1024 * 1024
+_RANK_COUNTER = re.compile(r"^rank (\d+) (memory|ledger)$")
+
+
+def _union(intervals: list) -> int:
+    total, end = 0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
+def _clip(intervals: list, windows: list) -> list:
+    out = []
+    for a, b in intervals:
+        for wa, wb in windows:
+            lo, hi = max(a, wa), min(b, wb)
+            if lo < hi:
+                out.append((lo, hi))
+    return out
+
+
+class Trace:
+    """The parts of a trace the analysis needs, keyed by role and rank."""
+
+    def __init__(self, events: list[dict]):
+        names = {e["pid"]: e["args"]["name"] for e in events
+                 if e.get("ph") == "M" and e.get("name") == "process_name" and "args" in e}
+        self.calls, self.transitions, self.driver_calls, self.steps = [], [], [], []
+        self.mem: dict = defaultdict(list)       # (role, rank, series) -> [(ts, value)]
+        self.ledger: dict = defaultdict(list)    # (role, rank, category) -> [(ts, value)]
+        for e in events:
+            ph, cat = e.get("ph"), e.get("cat")
+            if ph == "X":
+                a = e.get("args") or {}
+                s = {"name": e.get("name"), "ts": ts_ns(e["ts"]), "dur": ts_ns(e.get("dur", 0)),
+                     "role": a.get("role", names.get(e.get("pid"))), "rank": a.get("rank", 0),
+                     "step": a.get("step"), "method": a.get("method"), "flow": a.get("flow"), "args": a}
+                s["end"] = s["ts"] + s["dur"]
+                if cat == "call":
+                    self.calls.append(s)
+                elif cat == "transition":
+                    self.transitions.append(s)
+                elif cat == "driver_call" and "mode" in a:
+                    self.driver_calls.append(s)
+                elif cat == "step":
+                    self.steps.append(s)
+            elif ph == "C":
+                m = _RANK_COUNTER.match(str(e.get("name", "")))
+                role = names.get(e.get("pid"))
+                if not m or role is None:
+                    continue
+                rank, kind = int(m.group(1)), m.group(2)
+                for series, v in (e.get("args") or {}).items():
+                    target = self.mem if kind == "memory" else self.ledger
+                    target[(role, rank, series)].append((ts_ns(e["ts"]), v))
+        for d in (self.mem, self.ledger):
+            for v in d.values():
+                v.sort()
+        if not (self.calls or self.driver_calls or self.transitions):
+            raise TraceFileError("no rldbg events in this trace (no worker-call, driver-call or transition "
+                                 "slices); was it written by `rldbg export` / rldbg.trace.stop()?")
+
+    def mem_series(self, role, rank) -> list:
+        for series in ("device_used", "cuda_allocated", "rss"):
+            if (role, rank, series) in self.mem:
+                return self.mem[(role, rank, series)]
+        return []
+
+
+def _windows(t: Trace) -> list:
+    if t.steps:
+        return [(s["ts"], s["end"]) for s in t.steps]
+    spans = t.calls + t.driver_calls + t.transitions
+    return [(min(s["ts"] for s in spans), max(s["end"] for s in spans))]
+
+
+def role_shares(t: Trace) -> dict:
+    windows = _windows(t)
+    total = sum(b - a for a, b in windows) or 1
+    by_role = defaultdict(list)
+    for c in t.calls:
+        by_role[c["role"]].append((c["ts"], c["end"]))
+    out = {role: {"busy_s": _union(_clip(iv, windows)) / 1e9, "share": _union(_clip(iv, windows)) / total}
+           for role, iv in sorted(by_role.items())}
+    return {"step_time_s": total / 1e9, "steps": len(t.steps), "roles": out}
+
+
+def stragglers(t: Trace, ratio: float = STRAGGLER_RATIO) -> dict:
+    per_call = defaultdict(dict)
+    for c in t.calls:
+        if c["flow"] is not None:
+            per_call[(c["role"], c["method"], c["flow"])][c["rank"]] = c["dur"]
+    ratios = defaultdict(list)            # (role, method, rank) -> [dur / median of peers]
+    skew = defaultdict(list)              # (role, method) -> [max / min]
+    for (role, method, _), durs in per_call.items():
+        if len(durs) < 2:
+            continue
+        skew[(role, method)].append(max(durs.values()) / max(min(durs.values()), 1))
+        for rank, d in durs.items():
+            peers = [v for r, v in durs.items() if r != rank]
+            ratios[(role, method, rank)].append(d / max(statistics.median(peers), 1))
+    found = []
+    for (role, method, rank), rs in sorted(ratios.items()):
+        med = statistics.median(rs)
+        if med > ratio:
+            found.append({"role": role, "rank": rank, "method": method, "calls": len(rs),
+                          "slower_than_peers": round(med, 2)})
+    return {"stragglers": found,
+            "skew": [{"role": r, "method": m, "calls": len(v), "mean_max_over_min": round(statistics.mean(v), 2)}
+                     for (r, m), v in sorted(skew.items())]}
+
+
+def controller_idle(t: Trace) -> dict:
+    windows = _windows(t)
+    total = sum(b - a for a, b in windows)
+    busy = _union(_clip([(d["ts"], d["end"]) for d in t.driver_calls], windows))
+    gaps = []
+    calls = sorted(t.driver_calls, key=lambda d: d["ts"])
+    for prev, nxt in zip(calls, calls[1:]):
+        # Only the part of a gap inside steps counts: time between steps is not the trainer's.
+        idle = _union(_clip([(prev["end"], nxt["ts"])], windows)) if nxt["ts"] > prev["end"] else 0
+        if idle:
+            gaps.append({"after": prev["name"], "before": nxt["name"], "step": prev["step"], "idle_s": idle / 1e9})
+    gaps.sort(key=lambda g: -g["idle_s"])
+    return {"idle_s": (total - busy) / 1e9, "idle_share": (total - busy) / total if total else 0.0,
+            "between_calls_s": sum(g["idle_s"] for g in gaps), "largest_gaps": gaps[:5]}
+
+
+def memory_peaks(t: Trace) -> list:
+    peaks = {}
+    for s in t.calls + t.transitions:
+        series = t.mem_series(s["role"], s["rank"])
+        ts = [p[0] for p in series]
+        vals = [v for _, v in series[bisect.bisect_left(ts, s["ts"]):bisect.bisect_right(ts, s["end"])]]
+        vals += [v for v in (s["args"].get("mem_before"), s["args"].get("mem_after")) if v is not None]
+        if not vals:
+            continue
+        key = (s["role"], s["name"])
+        peak = max(vals)
+        if key not in peaks or peak > peaks[key]["peak_bytes"]:
+            peaks[key] = {"role": s["role"], "phase": s["name"], "rank": s["rank"], "peak_bytes": peak,
+                          "step": s["step"]}
+    return sorted(peaks.values(), key=lambda p: (p["role"], -p["peak_bytes"]))
+
+
+def _is_offload(name: str) -> bool:
+    return name in OFFLOADS or name.startswith(("offload", "release")) or name.endswith("sleep")
+
+
+def leaks(t: Trace, threshold: int = LEAK_BYTES) -> list:
+    found = []
+    cycles = defaultdict(list)
+    for s in sorted(t.transitions, key=lambda s: s["ts"]):
+        if _is_offload(s["name"]) and s["args"].get("mem_after") is not None:
+            cycles[(s["role"], s["rank"], s["name"])].append(s)
+    for (role, rank, name), ss in sorted(cycles.items()):
+        levels = [s["args"]["mem_after"] for s in ss]
+        rises = sum(1 for a, b in zip(levels, levels[1:]) if b > a)
+        if len(levels) >= 2 and levels[-1] - levels[0] > threshold and rises >= (len(levels) - 1) / 2:
+            found.append({"kind": "memory_growth", "role": role, "rank": rank, "transition": name,
+                          "cycles": len(levels), "first_bytes": levels[0], "last_bytes": levels[-1],
+                          "grew_bytes": levels[-1] - levels[0]})
+    # Ledger categories an offload should have zeroed.
+    starts = defaultdict(list)
+    for s in t.calls + t.transitions:
+        starts[(s["role"], s["rank"])].append(s["ts"])
+    for v in starts.values():
+        v.sort()
+    for s in t.transitions:
+        for cat in OFFLOADS.get(s["name"], ()):
+            series = t.ledger.get((s["role"], s["rank"], cat))
+            if not series:
+                continue
+            nxt = [x for x in starts[(s["role"], s["rank"])] if x > s["end"]]
+            hi = nxt[0] if nxt else float("inf")
+            inside = [v for ts, v in series if s["ts"] <= ts < hi]
+            if inside and inside[-1] > LEDGER_RESIDUE_BYTES:
+                found.append({"kind": "ledger_not_zeroed", "role": s["role"], "rank": s["rank"],
+                              "transition": s["name"], "category": cat, "bytes": inside[-1], "step": s["step"]})
+    return found
+
+
+def analyse(path: str) -> dict:
+    t = Trace(load_events(path))
+    return {"trace": path, "time": role_shares(t), **stragglers(t), "controller": controller_idle(t),
+            "memory_peaks": memory_peaks(t), "leaks": leaks(t)}
+
+
+def _mib(b) -> str:
+    return f"{b / 2**20:.1f} MiB"
+
+
+def render(r: dict) -> str:
+    lines = [f"rldbg report: {r['trace']}",
+             f"step time {r['time']['step_time_s']:.3f} s over {r['time']['steps']} step(s)", "", "time per role:"]
+    for role, v in r["time"]["roles"].items():
+        lines.append(f"  {role:<16} {v['share'] * 100:5.1f}%  ({v['busy_s']:.3f} s busy)")
+    c = r["controller"]
+    lines += ["", f"controller idle: {c['idle_s']:.3f} s ({c['idle_share'] * 100:.1f}% of step time), "
+              f"{c['between_calls_s']:.3f} s between calls"]
+    for g in c["largest_gaps"][:3]:
+        lines.append(f"  {g['idle_s'] * 1e3:8.1f} ms after {g['after']} before {g['before']} (step {g['step']})")
+    lines += ["", "rank skew (mean max/min per call):"]
+    lines += [f"  {s['role']}.{s['method']}: {s['mean_max_over_min']}x over {s['calls']} call(s)" for s in r["skew"]]
+    for s in r["stragglers"]:
+        lines.append(f"  STRAGGLER {s['role']} rank {s['rank']}: {s['method']} {s['slower_than_peers']}x "
+                     f"slower than the median of its peers over {s['calls']} call(s)")
+    lines += ["", "memory peak per phase:"]
+    lines += [f"  {p['role']:<16} {p['phase']:<24} {_mib(p['peak_bytes']):>12}  (rank {p['rank']})"
+              for p in r["memory_peaks"]]
+    lines += ["", "leak suspicions:" if r["leaks"] else "leak suspicions: none"]
+    for k in r["leaks"]:
+        if k["kind"] == "memory_growth":
+            lines.append(f"  {k['role']} rank {k['rank']}: memory after {k['transition']} grew "
+                         f"{_mib(k['grew_bytes'])} over {k['cycles']} cycles "
+                         f"({_mib(k['first_bytes'])} -> {_mib(k['last_bytes'])})")
+        else:
+            lines.append(f"  {k['role']} rank {k['rank']}: ledger '{k['category']}' still {_mib(k['bytes'])} "
+                         f"after {k['transition']} (step {k['step']})")
+    return "\n".join(lines)

@@ -1,0 +1,96 @@
+"""Process-local tracing state: is tracing on here, the recorder, and finding the collector.
+
+Discovery: a process is traced once it has found the collector actor. Workers look it up once in
+instrument.set_worker_identity; a CallTag from a traced driver carries traced=True, so a worker
+created before tracing started looks again on its first traced call (at most once a second;
+untagged calls re-check every RECHECK_S); plain Ray code looks it up on its first rldbg.span /
+instant / counter. No Ray, no collector: everything stays a no-op.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from rldbg.trace.recorder import Recorder, Shipper
+
+RECHECK_S = 10.0
+
+
+class _State:
+    on = False                 # the one flag every hot path reads
+    looked_up = False
+    last_lookup = 0.0
+    recorder: Recorder | None = None
+    shipper: Shipper | None = None
+    sampler = None
+    config: dict = {}
+    is_driver = False
+
+
+STATE = _State()
+_lock = threading.Lock()
+
+
+def emit(ev: tuple) -> None:
+    rec = STATE.recorder
+    if rec is not None:
+        rec.emit(ev)
+
+
+def attach(collector, config: dict, is_driver: bool = False) -> None:
+    """Turn recording on in this process, shipping to `collector`."""
+    from rldbg.memory.sampler import start_sampler
+    with _lock:
+        if STATE.on:
+            return
+        STATE.recorder = Recorder(int(config.get("buffer_events", 1 << 20)))
+        STATE.shipper = Shipper(STATE.recorder, collector, float(config.get("flush_interval", 0.1)),
+                                on_gone=None if is_driver else _collector_gone)
+        STATE.config, STATE.is_driver = config, is_driver
+        STATE.sampler = start_sampler(float(config.get("memory_hz", 0.0)))
+        STATE.on = True
+
+
+def detach(flush: bool = True) -> None:
+    with _lock:
+        if not STATE.on and STATE.shipper is None:
+            return
+        STATE.on = False
+        if STATE.sampler is not None:
+            STATE.sampler.stop()
+            STATE.sampler = None
+        if STATE.shipper is not None:
+            STATE.shipper.close(flush=flush)
+        STATE.shipper = STATE.recorder = None
+        STATE.looked_up = False
+
+
+def _collector_gone() -> None:
+    detach(flush=False)
+    STATE.looked_up = False
+
+
+def flush(block: bool = False) -> None:
+    if STATE.shipper is not None:
+        STATE.shipper.flush(block=block)
+
+
+def lookup(force: bool = False, recheck_s: float = RECHECK_S) -> bool:
+    """Find this job's collector; attach if it exists. Cheap after the first call."""
+    if STATE.on:
+        return True
+    now = time.monotonic()
+    if STATE.looked_up and not force and now - STATE.last_lookup < recheck_s:
+        return False
+    STATE.looked_up, STATE.last_lookup = True, now
+    try:
+        import ray
+        if not ray.is_initialized():
+            return False
+        from rldbg.trace.collector import NAMESPACE, collector_name
+        handle = ray.get_actor(collector_name(ray.get_runtime_context().get_job_id()), namespace=NAMESPACE)
+        config = ray.get(handle.config.remote(), timeout=10)
+    except Exception:
+        return False
+    attach(handle, config)
+    return True

@@ -1,0 +1,128 @@
+"""`rldbg report` on traces recorded through the real path: Ray actors calling the seam."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+import pytest  # noqa: E402
+import ray  # noqa: E402
+
+import rldbg  # noqa: E402
+from rldbg import instrument as ri  # noqa: E402
+from rldbg.trace.load import TraceFileError  # noqa: E402
+from rldbg.trace.report import analyse  # noqa: E402
+from rldbg.trace.tp import query  # noqa: E402
+
+CYCLES = 3
+MB = 1 << 20
+
+
+@ray.remote(num_cpus=0)
+class Trainer:
+    """Rank `slow_rank` trains 4x longer; rank `leaky_rank`'s offload keeps its buffer alive."""
+
+    def __init__(self, role, rank, world, slow_rank=None, leaky_rank=None):
+        import torch  # noqa: F401  (CUDA probe looks at an imported torch only)
+        self.role, self.rank = role, rank
+        self.slow, self.leaky = rank == slow_rank, rank == leaky_rank
+        self.kept, self.buf = [], None
+        ri.set_worker_identity(role, rank, world)
+
+    def update(self, tag):
+        import torch
+        from rldbg.memory import tensor_bytes
+        with ri.worker_call(self.role, self.rank, "update", tag):
+            with ri.transition("reload_optimizer"):
+                self.buf = torch.ones(40 * MB // 4)   # > glibc's mmap threshold: freeing returns it
+                ri.ledger("optimizer", tensor_bytes([self.buf]))
+            time.sleep(0.12 if self.slow else 0.03)
+            with ri.transition("offload_optimizer"):
+                if self.leaky:
+                    self.kept.append(self.buf)
+                self.buf = None
+                ri.ledger("optimizer", tensor_bytes(self.kept))
+        return self.rank
+
+
+def _run(path, role, world, **kw):
+    ws = [Trainer.remote(role, r, world, **kw) for r in range(world)]
+    ray.get([w.__ray_ready__.remote() for w in ws])
+    with rldbg.trace.tracing(path, memory_hz=0):
+        for n in range(CYCLES):
+            with ri.step(n):
+                c = ri.call_begin(role, "update", "all", world, n)
+                refs = [w.update.remote(c.tag) for w in ws]
+                ri.call_dispatched(c, None)
+                ri.call_collected(c, {"ranks": ray.get(refs)})
+                time.sleep(0.02)   # controller work between calls
+    for w in ws:
+        ray.kill(w)
+    return path
+
+
+@pytest.fixture(scope="module")
+def straggler_trace(ray_cluster, tmp_path_factory):
+    return _run(str(tmp_path_factory.mktemp("rep") / "straggler.json.gz"), "actor", 3, slow_rank=2)
+
+
+@pytest.fixture(scope="module")
+def leak_trace(ray_cluster, tmp_path_factory):
+    return _run(str(tmp_path_factory.mktemp("rep") / "leak.json"), "critic", 2, leaky_rank=1)
+
+
+def test_straggler_is_named(straggler_trace):
+    r = analyse(straggler_trace)
+    assert [(s["role"], s["rank"], s["method"]) for s in r["stragglers"]] == [("actor", 2, "update")]
+    assert r["time"]["steps"] == CYCLES and 0 < r["time"]["roles"]["actor"]["share"] <= 1
+    assert r["controller"]["between_calls_s"] > 0
+    assert not r["leaks"]
+
+
+def test_leak_after_offload_is_named(leak_trace):
+    r = analyse(leak_trace)
+    growth = [k for k in r["leaks"] if k["kind"] == "memory_growth"]
+    assert [(k["role"], k["rank"], k["transition"]) for k in growth] == [("critic", 1, "offload_optimizer")]
+    assert growth[0]["grew_bytes"] >= 60 * MB
+    ledger = {(k["role"], k["rank"], k["category"]) for k in r["leaks"] if k["kind"] == "ledger_not_zeroed"}
+    assert ledger == {("critic", 1, "optimizer")}
+    peaks = {(p["role"], p["phase"]) for p in r["memory_peaks"]}
+    assert {("critic", "update"), ("critic", "reload_optimizer"), ("critic", "offload_optimizer")} <= peaks
+
+
+def test_cli_text_and_json(straggler_trace):
+    out = subprocess.run([sys.executable, "-m", "rldbg.cli", "report", straggler_trace],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "STRAGGLER actor rank 2" in out.stdout
+    js = subprocess.run([sys.executable, "-m", "rldbg.cli", "report", straggler_trace, "--json"],
+                        capture_output=True, text=True)
+    assert json.loads(js.stdout)["stragglers"][0]["rank"] == 2
+
+
+def test_truncated_trace_still_reads(leak_trace, tmp_path):
+    text = open(leak_trace).read()
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[: int(len(text) * 0.8)])
+    r = analyse(str(cut))
+    assert r["memory_peaks"]
+    # Perfetto's trace processor loads the same cut file.
+    assert query(str(cut), "select count(*) as n from slice")[0]["n"] > 0
+    gz = tmp_path / "cut.json.gz"
+    gz.write_bytes(gzip.compress(text.encode())[:-200])
+    assert analyse(str(gz))["memory_peaks"]
+
+
+def test_bad_files_give_one_line_errors(tmp_path):
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps([{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]))
+    with pytest.raises(TraceFileError, match="no rldbg events"):
+        analyse(str(foreign))
+    (tmp_path / "text.json").write_text("hello")
+    for path, msg in [(tmp_path / "missing.json", "not found"), (tmp_path / "text.json", "not a Chrome JSON")]:
+        out = subprocess.run([sys.executable, "-m", "rldbg.cli", "report", str(path)], capture_output=True, text=True)
+        assert out.returncode == 2 and msg in out.stderr and len(out.stderr.strip().splitlines()) == 1
