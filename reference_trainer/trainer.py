@@ -50,8 +50,8 @@ def fit(cfg: Config) -> list[dict]:
         finally:
             log.close()
     finally:
+        _stop_tracing(trace_path)  # before the workers go: their last events are still in flight
         shutdown_groups(groups.values())
-        _stop_tracing(trace_path)
         stop_ray(started)
     return history
 
@@ -92,10 +92,9 @@ def train_step(step: int, batch, actor, critic, reward, cfg: Config) -> dict:
 def warm_start(actor, task, tokenizer, cfg: Config) -> None:
     """Supervised steps that teach the answer format only (see the task's sft_examples)."""
     rng = np.random.default_rng(cfg.trainer.seed + 7)
-    for i in range(cfg.sft.steps):
+    for _ in range(cfg.sft.steps):
         batch = sft_batch(task, tokenizer, cfg.sft.batch_size, rng, cfg.rollout.max_new_tokens)
-        with instrument.step(-1 - i):
-            actor.sft_update(batch)
+        actor.sft_update(batch)
     actor.reset_reference()
 
 

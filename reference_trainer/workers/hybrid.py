@@ -75,38 +75,37 @@ class ActorRolloutRefWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def to_rollout_mode(self) -> None:
         off = self.config.offload
-        with instrument.transition("to_rollout_mode"):
-            with instrument.transition("rollout_wake", tags="weights"):
-                self.rollout.wake_up(tags=("weights",))
-            with instrument.transition("sync_weights"):
-                self.rollout.load_weights((n, t.detach()) for n, t in self._named_weights())
-            with instrument.transition("rollout_wake", tags="kv_cache"):
-                self.rollout.wake_up(tags=("kv_cache",))
-            if off.grads:
-                with instrument.transition("offload_grads"):
-                    self.optimizer.zero_grad(set_to_none=True)
-            if off.optimizer:
-                with instrument.transition("offload_optimizer"):
-                    self.offloader.offload("optimizer", ops.optimizer_tensors(self.optimizer))
-            if off.params:
-                with instrument.transition("offload_params"):
-                    self.offloader.offload("actor_params", list(self.model.parameters()))
+        # The call's own span marks the mode switch; each step inside is a transition of its own.
+        with instrument.transition("rollout_wake", tags="weights"):
+            self.rollout.wake_up(tags=("weights",))
+        with instrument.transition("sync_weights"):
+            self.rollout.load_weights((n, t.detach()) for n, t in self._named_weights())
+        with instrument.transition("rollout_wake", tags="kv_cache"):
+            self.rollout.wake_up(tags=("kv_cache",))
+        if off.grads:
+            with instrument.transition("offload_grads"):
+                self.optimizer.zero_grad(set_to_none=True)
+        if off.optimizer:
+            with instrument.transition("offload_optimizer"):
+                self.offloader.offload("optimizer", ops.optimizer_tensors(self.optimizer))
+        if off.params:
+            with instrument.transition("offload_params"):
+                self.offloader.offload("actor_params", list(self.model.parameters()))
         self.mode = "rollout"
         self._report_ledger()
 
     @register(Dispatch.ONE_TO_ALL)
     def to_train_mode(self) -> None:
-        with instrument.transition("to_train_mode"):
-            with instrument.transition("release_kv_cache"):
-                self.rollout.release_kv_cache()
-            with instrument.transition("rollout_sleep", level=self.config.rollout.sleep_level):
-                self.rollout.sleep(self.config.rollout.sleep_level)
-            if self.offloader.is_offloaded("actor_params"):
-                with instrument.transition("reload_params"):
-                    self.offloader.reload("actor_params")
-            if self.offloader.is_offloaded("optimizer"):
-                with instrument.transition("reload_optimizer"):
-                    self.offloader.reload("optimizer")
+        with instrument.transition("release_kv_cache"):
+            self.rollout.release_kv_cache()
+        with instrument.transition("rollout_sleep", level=self.config.rollout.sleep_level):
+            self.rollout.sleep(self.config.rollout.sleep_level)
+        if self.offloader.is_offloaded("actor_params"):
+            with instrument.transition("reload_params"):
+                self.offloader.reload("actor_params")
+        if self.offloader.is_offloaded("optimizer"):
+            with instrument.transition("reload_optimizer"):
+                self.offloader.reload("optimizer")
         self.mode = "train"
         self._report_ledger()
 
