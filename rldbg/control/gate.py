@@ -1,0 +1,174 @@
+"""Driver-side step gate: the two pause points of every worker-group call.
+
+    gate.before_dispatch(call, shards)        # after the batch is split, before it goes to ranks
+    gate.after_collect(call, result_summary)  # after the results are merged
+                                              # (both return True if they paused)
+    gate.set_step(n)                          # the trainer's step (from instrument.step)
+    gate.current_specs()                      # (version, [spec, ...]) to push to workers
+
+With no hub (rldbg.control.start() not called) each is one global read. With a hub but the gate
+disarmed each is a counter bump and an attribute store (< 1 µs): a background thread polls the
+hub ~4x/s, reports progress and refreshes the `armed` flag and the live breakpoint specs. Only when
+armed does a pause point call the hub, blocking in `hub.wait_turn` with bounded calls. It never
+wedges the run: a dead hub, or one that has not answered for gate_timeout_s, resumes the driver
+(and the hub itself disarms when the TUI stops heartbeating).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+_gate: "DriverGate | None" = None
+
+
+class DriverGate:
+    def __init__(self, hub, gate_timeout_s: float = 30.0, poll_s: float = 0.25):
+        self.hub, self.timeout_s, self.poll_s = hub, float(gate_timeout_s), float(poll_s)
+        self.armed = False
+        self.hub_alive = True
+        self.step = None
+        self.calls_seen = self.calls_done = self.pauses = 0
+        self._point = None      # (phase, call, payload) of the newest pause point, raw
+        self._result = None     # (call, result_summary), raw
+        self.specs: tuple[int, list[str]] = (0, [])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sync_loop, name="rldbg-gate-sync", daemon=True)
+        self._thread.start()
+
+    # ---- hot path ----------------------------------------------------------------------
+    def before_dispatch(self, call, shards=None) -> bool:
+        self.calls_seen += 1
+        self._point = ("before_dispatch", call, shards)
+        if self.armed:
+            self._pause()
+            return True
+        return False
+
+    def after_collect(self, call, result_summary=None) -> bool:
+        self.calls_done += 1
+        self._point = ("after_collect", call, None)
+        self._result = (call, result_summary)
+        if self.armed:
+            self._pause()
+            return True
+        return False
+
+    # ---- slow path ---------------------------------------------------------------------
+    def _report(self) -> dict:
+        return {"step": self.step, "calls_done": self.calls_done,
+                "last_point": _call_dict(*self._point) if self._point else None,
+                "last_result": _result_dict(*self._result) if self._result else None,
+                "stats": {"calls_seen": self.calls_seen, "calls_done": self.calls_done, "pauses": self.pauses}}
+
+    def _apply(self, reply: dict) -> None:
+        self.armed = bool(reply.get("armed"))
+        v = reply.get("specs_version", 0)
+        if v != self.specs[0]:
+            self.specs = (v, list(reply.get("specs") or []))
+
+    def _pause(self) -> None:
+        import ray
+
+        self.pauses += 1
+        report = self._report()
+        call = report["last_point"]
+        quiet_since = time.monotonic()
+        while self.hub_alive:
+            try:
+                reply = ray.get(self.hub.wait_turn.remote(call, report, 1.0), timeout=self.poll_s + 5.0)
+            except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
+                if time.monotonic() - quiet_since > self.timeout_s:
+                    self._give_up(f"hub silent for {self.timeout_s:g} s")
+                    return
+                continue
+            except Exception as e:   # RayActorError and friends: the hub is gone
+                self._give_up(f"hub gone ({type(e).__name__})")
+                return
+            quiet_since = time.monotonic()
+            self._apply(reply)
+            if reply.get("go"):
+                return
+            report = None   # sent once; the next asks only re-park
+
+    def _give_up(self, why: str) -> None:
+        self.armed = self.hub_alive = False
+        print(f"rldbg: step gate released, running freely ({why})", file=sys.stderr, flush=True)
+
+    def _sync_loop(self) -> None:
+        import ray
+
+        while not self._stop.wait(self.poll_s) and self.hub_alive:
+            try:
+                self._apply(ray.get(self.hub.sync.remote(self._report()), timeout=self.poll_s + 5.0))
+            except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
+                continue
+            except Exception as e:
+                if self._stop.is_set():
+                    return
+                self._give_up(f"hub gone ({type(e).__name__})")
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self.armed = self.hub_alive = False
+        self._thread.join(timeout=self.poll_s + 6.0)
+
+
+def _get(call, name, default=None):
+    if isinstance(call, dict):
+        return call.get(name, default)
+    tag = getattr(call, "tag", None)   # rldbg.instrument.Call: tag carries flow id, group, method, step
+    if tag is not None and hasattr(tag, name if name != "id" else "flow_id"):
+        return getattr(tag, name if name != "id" else "flow_id")
+    return getattr(call, name, default)
+
+
+def _call_dict(phase: str, call, shards) -> dict:
+    return {"id": _get(call, "id"), "group": _get(call, "group"), "method": _get(call, "method"),
+            "mode": _get(call, "mode"), "world": _get(call, "world"), "step": _get(call, "step"),
+            "phase": phase, "shards": list(shards) if shards is not None else None}
+
+
+def _result_dict(call, summary) -> dict:
+    s = summary if isinstance(summary, dict) else {}
+    return {"id": _get(call, "id"), "group": _get(call, "group"), "method": _get(call, "method"),
+            "step": _get(call, "step"), "rows": s.get("rows"), "keys": s.get("keys") or [],
+            "metrics": s.get("metrics") or {}}
+
+
+# ---- module-level hooks the seam calls ------------------------------------------------
+def before_dispatch(call, shards=None) -> bool:
+    """Pause point 1. call: an rldbg.instrument.Call (or a dict with id, group, method, mode,
+    world, step); shards: per-rank summaries {"rows", "keys": [...]} or None. True if it paused."""
+    g = _gate
+    return g.before_dispatch(call, shards) if g is not None else False
+
+
+def after_collect(call, result_summary=None) -> bool:
+    """Pause point 2. result_summary: {"rows", "keys", "metrics"} or None. True if it paused."""
+    g = _gate
+    return g.after_collect(call, result_summary) if g is not None else False
+
+
+def set_step(n) -> None:
+    g = _gate
+    if g is not None:
+        g.step = n
+
+
+def current_specs() -> tuple[int, list[str]]:
+    """(version, spec texts) as last seen from the hub; (0, []) without a hub."""
+    g = _gate
+    return g.specs if g is not None else (0, [])
+
+
+def install(gate: DriverGate | None) -> None:
+    global _gate
+    old, _gate = _gate, gate
+    if old is not None and old is not gate:
+        old.close()
+
+
+def active() -> DriverGate | None:
+    return _gate
