@@ -1,0 +1,82 @@
+"""`rldbg flame --role R [--rank N] --seconds N [--out DIR]`: py-spy recording of each matching
+worker for N seconds, in parallel; writes <out>/<role>_rank<N>.speedscope.json and .svg.
+Workers on this machine are recorded with py-spy directly; others through the dashboard's
+/worker/cpu_profile (needs RAY_DASHBOARD_ENABLE_PROFILING=1 on the head)."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from rldbg.dashboard import Dashboard, DashboardError
+from rldbg.profilers import flamegraph, pyspy, targets
+
+HELP = "py-spy recording of a role's workers (speedscope + SVG)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--role", required=True, help="workers holding this role (colocated roles match too)")
+    parser.add_argument("--rank", type=int, help="only this rank")
+    parser.add_argument("--run", help="only actors of this run (actor names <run>:<roles>:rank<N>)")
+    parser.add_argument("--seconds", type=float, required=True, help="how long to record")
+    parser.add_argument("--out", default=None, help="output directory (default ./rldbg-flame-<time>)")
+    parser.add_argument("--rate", type=int, default=100, help="samples per second (default 100)")
+    parser.add_argument("--idle", action="store_true", help="keep idle samples (waiting threads)")
+    parser.add_argument("--native", action="store_true", help="include native (C/C++) frames")
+    parser.add_argument("--address", help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS or http://127.0.0.1:8265)")
+
+
+def _collapsed(t, dash, args) -> str:
+    if t.local:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pyspy.record(t.pid, args.seconds, os.path.join(tmp, "raw.txt"), args.rate, args.idle, args.native)
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+    params = [("pid", str(t.pid)), ("ip", t.ip) if t.ip else ("node_id", t.node_id),
+              ("duration", str(max(1, round(args.seconds)))), ("format", "raw")]
+    if args.native:
+        params.append(("native", "1"))
+    return dash.get("/worker/cpu_profile", params, raw=True)
+
+
+def run(args) -> int:
+    if not args.seconds > 0 or args.seconds > 3600:
+        print(f"rldbg flame: bad --seconds {args.seconds}: expected 0 < seconds <= 3600", file=sys.stderr)
+        return 2
+    if not 1 <= args.rate <= 10000:
+        print(f"rldbg flame: bad --rate {args.rate}: expected 1-10000 samples per second", file=sys.stderr)
+        return 2
+    try:
+        dash = Dashboard(args.address)
+        found = targets.find(dash, args.role, args.rank, args.run)
+        if not found:
+            print(f"rldbg flame: no alive worker matches {targets.describe_filter(args.role, args.rank, args.run)}; "
+                  f"roles seen: {targets.role_list(dash)}", file=sys.stderr)
+            return 1
+    except DashboardError as e:
+        print(f"rldbg flame: {e}", file=sys.stderr)
+        return 1
+    out = args.out or f"rldbg-flame-{time.strftime('%Y%m%d-%H%M%S')}"
+    os.makedirs(out, exist_ok=True)
+    print(f"recording {len(found)} worker(s) for {args.seconds:g} s: {', '.join(t.label for t in found)}",
+          file=sys.stderr)
+
+    def one(t):
+        try:
+            text = _collapsed(t, dash, args)
+        except (pyspy.PySpyError, DashboardError) as e:
+            return t, None, str(e)
+        if not flamegraph.parse_collapsed(text):
+            return t, None, "no samples (the worker was idle; try --idle)"
+        return t, flamegraph.write_both(text, os.path.join(out, t.slug), f"{t.label} (pid {t.pid})"), None
+
+    with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
+        results = list(pool.map(one, found))
+    for t, paths, err in results:
+        if paths:
+            print(f"{t.label}: {paths[0]}  {paths[1]}")
+        else:
+            print(f"{t.label}: no recording: {err}")
+    return 0 if any(paths for _, paths, _ in results) else 1

@@ -1,0 +1,45 @@
+"""`rldbg stack [--role R] [--rank N] [--run NAME]`: py-spy stacks of the matching workers,
+identical stacks grouped ("2 ranks (actor rank 0, 2) in ..."), the odd ones out first."""
+from __future__ import annotations
+
+import json
+import sys
+
+from rldbg.dashboard import Dashboard, DashboardError
+from rldbg.profilers import stacks, targets
+
+HELP = "py-spy stacks of a role's workers, identical stacks grouped"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--role", help="only workers holding this role (colocated roles match too)")
+    parser.add_argument("--rank", type=int, help="only this rank")
+    parser.add_argument("--run", help="only actors of this run (actor names <run>:<roles>:rank<N>)")
+    parser.add_argument("--address", help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS or http://127.0.0.1:8265)")
+    parser.add_argument("--native", action="store_true", help="include native (C/C++) frames")
+    parser.add_argument("--via", default="auto", choices=("auto", "dashboard", "local"),
+                        help="dashboard /worker/traceback, local py-spy, or dashboard then local (default)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def run(args) -> int:
+    if args.rank is not None and args.rank < 0:
+        print(f"rldbg stack: bad --rank {args.rank}: expected a rank >= 0", file=sys.stderr)
+        return 2
+    try:
+        dash = Dashboard(args.address)
+        found = targets.find(dash, args.role, args.rank, args.run)
+        if not found:
+            print(f"rldbg stack: no alive worker matches {targets.describe_filter(args.role, args.rank, args.run)}; "
+                  f"roles seen: {targets.role_list(dash)}", file=sys.stderr)
+            return 1
+        results = stacks.fetch(found, dash, native=args.native, via=args.via)
+    except DashboardError as e:
+        print(f"rldbg stack: {e}", file=sys.stderr)
+        return 1
+    groups, failed = stacks.group(results)
+    if args.json:
+        print(json.dumps(stacks.to_json(groups, failed), indent=2))
+    else:
+        print(stacks.format_text(groups, failed))
+    return 0 if groups else 1

@@ -1,0 +1,44 @@
+"""`rldbg tb [--logdir DIR] [--port P]`: TensorBoard on 127.0.0.1 over torch.profiler output
+(the profiler plugin has no authentication, so it is never bound to a public interface)."""
+from __future__ import annotations
+
+import os
+import sys
+
+from rldbg.profilers import tensorboard as tb
+from rldbg.profilers.spec import ProfileSpecError, from_env
+
+HELP = "start TensorBoard on loopback over torch.profiler output"
+DEFAULT_LOGDIR = os.path.join("runs", "demo", "tb")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--logdir", help=f"profile directory (default: dir= of $RLDBG_PROFILE, else {DEFAULT_LOGDIR})")
+    parser.add_argument("--port", type=int, default=6006, help="port on 127.0.0.1 (default 6006; 0 picks a free one)")
+
+
+def _default_logdir() -> str:
+    try:
+        spec = from_env()
+    except ProfileSpecError:
+        spec = None
+    return spec.dir if spec else DEFAULT_LOGDIR
+
+
+def run(args) -> int:
+    logdir = args.logdir or _default_logdir()
+    try:
+        traces = tb.check_logdir(logdir)
+        proc, base = tb.start(logdir, args.port)
+        tb.wait_ready(proc, base)
+    except tb.TensorBoardError as e:
+        print(f"rldbg tb: {e}", file=sys.stderr)
+        return 1
+    print(f"TensorBoard over {len(traces)} trace(s) in {logdir}: {base}/#pytorch_profiler  (Ctrl-C stops it)",
+          flush=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait(timeout=30)
+        return 0

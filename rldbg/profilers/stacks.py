@@ -1,0 +1,164 @@
+"""Stacks of many workers, identical ones grouped, so a hung rank stands out.
+
+fetch() asks the dashboard's /worker/traceback first (it reaches other nodes) and falls back to
+a local `py-spy dump` when the dashboard refuses (403 without RAY_DASHBOARD_ENABLE_PROFILING=1;
+500 "Failed to get agent address" on clusters made by ray.init()) and the pid is on this node.
+group() keys each worker by its main thread's frames (names, files, lines; native addresses
+stripped), which is where a Ray actor runs its methods.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import sysconfig
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from rldbg.dashboard import DashboardError
+from rldbg.profilers import pyspy
+
+_ADDR = re.compile(r"0x[0-9a-fA-F]+")
+_STDLIB = sysconfig.get_paths()["stdlib"]
+SHOWN_FRAMES = 10
+
+
+@dataclass
+class Result:
+    target: object
+    threads: list | None = None
+    source: str = ""          # "dashboard" or "py-spy"
+    error: str | None = None
+
+
+@dataclass
+class Group:
+    results: list = field(default_factory=list)
+    frames: list = field(default_factory=list)
+    where: object = None
+    active: bool = False
+
+
+def fetch(targets, dash, native: bool = False, via: str = "auto") -> list[Result]:
+    """One Result per target, in order. via: auto | dashboard | local."""
+    if via not in ("auto", "dashboard", "local"):
+        raise ValueError(f"bad --via {via!r}: expected auto, dashboard or local")
+    broken = {}   # the dashboard's refusal, learned once, not re-asked for every worker
+
+    def one(t) -> Result:
+        why_dash = None
+        if via != "local" and "reason" not in broken:
+            try:
+                text = dash.traceback(t.pid, ip=t.ip or None, node_id=None if t.ip else t.node_id, native=native)
+                threads = pyspy.parse_dump_text(text)
+                if threads:
+                    return Result(t, threads, "dashboard")
+                why_dash = f"the dashboard's traceback had no threads: {text.strip()[:200]!r}"
+            except DashboardError as e:
+                why_dash = str(e)
+                if "refuses profiling" in why_dash or "agent address" in why_dash.lower():
+                    broken["reason"] = why_dash
+        why_dash = why_dash or broken.get("reason")
+        if via == "dashboard":
+            return Result(t, error=why_dash)
+        if not t.local:
+            return Result(t, error=f"pid {t.pid} runs on {t.ip or t.node_id[:8]}, not this machine, and "
+                                   f"the dashboard could not dump it ({why_dash})")
+        try:
+            return Result(t, pyspy.dump(t.pid, native=native), "py-spy")
+        except pyspy.PySpyError as e:
+            return Result(t, error=str(e))
+
+    if via != "local" and targets:
+        first = one(targets[0])   # learn whether the dashboard works before fanning out
+        rest = targets[1:]
+    else:
+        first, rest = None, targets
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(one, rest))
+    return ([first] if first else []) + results
+
+
+def main_thread(threads):
+    for t in threads:
+        if t.name == "MainThread":
+            return t
+    return threads[0] if threads else None
+
+
+def _clean(frame):
+    return pyspy.Frame(_ADDR.sub("0x?", frame.name), _ADDR.sub("0x?", frame.file), frame.line)
+
+
+def is_library(frame, full: str = "") -> bool:
+    """Frames of the Python stdlib, which say *how* a thread waits, not *where* in user code."""
+    if full:
+        return full.startswith(_STDLIB) and "-packages" not in full
+    top = frame.file.split("/")[0].removesuffix(".py")
+    return top in sys.stdlib_module_names or frame.file.startswith("<")
+
+
+def where(thread):
+    """The innermost frame outside the stdlib (torch's all_reduce, the user's wait_for_peer)."""
+    fulls = thread.full_files or [""] * len(thread.frames)
+    for f, full in zip(thread.frames, fulls):
+        if f.line and not is_library(f, full):
+            return f
+    return thread.frames[0] if thread.frames else None
+
+
+def group(results) -> tuple[list[Group], list[Result]]:
+    """-> (groups, failures); groups ordered odd-one-out first (fewest members), then by label."""
+    groups: dict = {}
+    failed = []
+    for r in results:
+        t = main_thread(r.threads or [])
+        if t is None:
+            failed.append(r if r.error else Result(r.target, error="no Python threads found"))
+            continue
+        frames = [_clean(f) for f in t.frames]
+        g = groups.setdefault(tuple(frames), Group(frames=frames, where=where(t)))
+        g.results.append(r)
+        g.active = g.active or t.active
+    ordered = sorted(groups.values(), key=lambda g: (len(g.results), g.results[0].target.label))
+    return ordered, failed
+
+
+def members(g: Group) -> str:
+    """'actor rank 0, 2; critic rank 1'"""
+    by_role: dict = {}
+    for r in g.results:
+        t = r.target
+        by_role.setdefault(t.role, []).append(str(t.rank) if t.rank is not None else f"pid {t.pid}")
+    return "; ".join(f"{role} rank {', '.join(v)}" for role, v in by_role.items())
+
+
+def headline(g: Group) -> str:
+    n = len(g.results)
+    who = members(g) if n == 1 else f"{n} ranks ({members(g)})"
+    if g.frames and g.frames[0].name == "Worker.main_loop":   # a Ray actor between calls
+        return f"{who} idle between calls (Ray's {g.where})"
+    state = "active" if g.active else "idle"
+    return f"{who} in {g.where} [{state}]"
+
+
+def format_text(groups, failed, shown: int = SHOWN_FRAMES) -> str:
+    lines = []
+    for g in groups:
+        lines.append(headline(g))
+        lines += [f"    {f}" for f in g.frames[:shown]]
+        if len(g.frames) > shown:
+            lines.append(f"    ... {len(g.frames) - shown} outer frames")
+    for r in failed:
+        lines.append(f"{r.target.label}: no stack: {r.error}")
+    return "\n".join(lines)
+
+
+def to_json(groups, failed) -> dict:
+    return {"groups": [{"headline": headline(g), "count": len(g.results), "active": g.active,
+                        "where": str(g.where) if g.where else None,
+                        "workers": [{"label": r.target.label, "role": r.target.role, "rank": r.target.rank,
+                                     "pid": r.target.pid, "ip": r.target.ip, "source": r.source}
+                                    for r in g.results],
+                        "frames": [{"name": f.name, "file": f.file, "line": f.line} for f in g.frames]}
+                       for g in groups],
+            "errors": [{"label": r.target.label, "pid": r.target.pid, "error": r.error} for r in failed]}

@@ -1,0 +1,99 @@
+"""The worker processes a profiling command points at, found through the Ray dashboard.
+
+An actor's repr_name "actor+critic[rank 1/2]" (or its name "<run>:actor+critic:rank1") gives
+roles and rank; the actor's pid and node give where py-spy must run. Actors that follow neither
+convention are still listed (labelled by class and pid) unless a role or rank is asked for.
+"""
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass
+
+from rldbg.dashboard import Dashboard, DashboardError
+from rldbg.debug.workers import parse_repr
+
+_NAME = re.compile(r"^(?P<run>[^:]+):(?P<roles>[\w+\-.]+):rank(?P<rank>\d+)$")
+
+
+@dataclass
+class Target:
+    roles: str            # "actor" or "actor+critic" (colocated), or the class name
+    rank: int | None
+    pid: int
+    ip: str
+    node_id: str
+    actor_id: str
+    run: str | None = None
+    shown_role: str | None = None   # the role asked for, when colocated roles share the process
+
+    @property
+    def role(self) -> str:
+        return self.shown_role or self.roles
+
+    @property
+    def label(self) -> str:
+        return f"{self.role} rank {self.rank}" if self.rank is not None else f"{self.role} pid {self.pid}"
+
+    @property
+    def slug(self) -> str:
+        return (f"{self.role}_rank{self.rank}" if self.rank is not None else f"{self.role}_pid{self.pid}").replace("+", "-")
+
+    @property
+    def local(self) -> bool:
+        return is_local(self.ip)
+
+
+def is_local(ip: str) -> bool:
+    if not ip or ip.startswith("127.") or ip in ("localhost", "::1"):
+        return True
+    try:
+        mine = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None)}
+    except OSError:
+        mine = set()
+    return ip in mine
+
+
+def _node_ips(dash: Dashboard) -> dict:
+    try:
+        return {n.get("node_id"): n.get("node_ip") or n.get("node_ip_address") or "" for n in dash.nodes()}
+    except DashboardError:
+        return {}
+
+
+def find(dash: Dashboard, role: str | None = None, rank: int | None = None, run: str | None = None) -> list[Target]:
+    """Alive actors matching role (any of a colocated actor's roles), rank and run name."""
+    actors = dash.actors(detail=True, filters=[("state", "=", "ALIVE")])
+    ips = _node_ips(dash)
+    out = []
+    for a in actors:
+        if not a.get("pid"):
+            continue
+        parsed = parse_repr(a.get("repr_name"))
+        m = _NAME.match(a.get("name") or "")
+        roles, rnk = (parsed[0], parsed[1]) if parsed else (
+            (m.group("roles"), int(m.group("rank"))) if m else (a.get("class_name") or "actor", None))
+        actor_run = m.group("run") if m else None
+        if role is not None and role not in roles.split("+"):
+            continue
+        if rank is not None and rnk != rank:
+            continue
+        if run is not None and actor_run != run:
+            continue
+        node_id = a.get("node_id") or ""
+        out.append(Target(roles, rnk, int(a["pid"]), ips.get(node_id, ""), node_id, a.get("actor_id", ""),
+                          actor_run, role))
+    out.sort(key=lambda t: (t.role, -1 if t.rank is None else t.rank, t.pid))
+    return out
+
+
+def describe_filter(role, rank, run) -> str:
+    parts = [f"role {role!r}" if role else None, f"rank {rank}" if rank is not None else None,
+             f"run {run!r}" if run else None]
+    return " and ".join(p for p in parts if p) or "any actor"
+
+
+def role_list(dash: Dashboard) -> str:
+    """The roles that do exist, for a "no worker matched" message."""
+    seen = sorted({t.roles for t in find(dash) if t.rank is not None})
+    return ", ".join(seen) or "none"

@@ -1,0 +1,90 @@
+"""Start TensorBoard on loopback over a torch.profiler log directory and wait until it answers.
+
+TensorBoard's own server is what users know; we only pick the host (127.0.0.1: the profiler
+plugin has no authentication), check the directory first, and wait for the plugin's API so the
+printed URL works when it is printed."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from rldbg.profilers.merge import find_traces
+
+PLUGIN_API = "/data/plugin/pytorch_profiler"
+
+
+class TensorBoardError(RuntimeError):
+    """One line for the user."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def check_logdir(logdir: str) -> list[str]:
+    """The torch traces under logdir; raises when there is nothing the plugin could show."""
+    if not os.path.isdir(logdir):
+        raise TensorBoardError(f"profile directory {logdir!r} does not exist; pass --logdir DIR "
+                               "(the profile.dir of a run, default <run_dir>/tb)")
+    traces = find_traces(logdir)
+    if not traces:
+        raise TensorBoardError(f"no *.pt.trace.json under {logdir!r}; profile some calls first "
+                               "(profile.roles/ranks/steps, or RLDBG_PROFILE=...)")
+    return traces
+
+
+def start(logdir: str, port: int = 0, host: str = "127.0.0.1") -> tuple[subprocess.Popen, str]:
+    """Start `tensorboard` as a child process; returns (process, base URL). port 0 picks a free one."""
+    if not 0 <= port < 65536:
+        raise TensorBoardError(f"bad port {port}: expected 1-65535, or 0 for a free port")
+    port = port or free_port(host)
+    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", os.path.abspath(logdir),
+           "--host", host, "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return proc, f"http://{host}:{port}"
+
+
+def get_json(url: str, timeout: float = 5.0):
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def wait_ready(proc: subprocess.Popen, base: str, timeout: float = 60.0) -> None:
+    """Until the profiler plugin answers /runs; raises with TensorBoard's stderr if it exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = (proc.stderr.read() if proc.stderr else "").strip().splitlines()[-3:]
+            raise TensorBoardError(f"tensorboard exited with {proc.returncode}: {' | '.join(tail)}")
+        try:
+            get_json(base + PLUGIN_API + "/runs", timeout=2.0)
+            return
+        except (urllib.error.URLError, OSError, ValueError):
+            time.sleep(0.5)
+    raise TensorBoardError(f"tensorboard did not answer at {base} within {timeout:.0f} s")
+
+
+def wait_runs(base: str, want: set, timeout: float = 90.0) -> list[str]:
+    """Poll /runs until every run in `want` is listed and loading has finished."""
+    deadline, runs = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        body = get_json(base + PLUGIN_API + "/runs")
+        runs = body.get("runs", [])
+        if want <= set(runs) and not body.get("loading"):
+            return runs
+        time.sleep(1.0)
+    raise TensorBoardError(f"runs {sorted(want)} not loaded within {timeout:.0f} s; have {runs}")
+
+
+def workers(base: str, run: str, view: str = "Overview") -> list[str]:
+    q = urllib.parse.urlencode({"run": run, "view": view})
+    return get_json(f"{base}{PLUGIN_API}/workers?{q}")
