@@ -132,6 +132,13 @@ class DebugConfig:
 
 
 @dataclass
+class ControlConfig:
+    enabled: bool = True  # the control hub `rldbg top` attaches to (loopback, token-protected)
+    port: int = 0  # 0 picks a free port; the URL and token go to ~/.rldbg/hub-<job>.json
+    gate_timeout_s: float = 30.0  # an armed stepper whose TUI went silent resumes after this
+
+
+@dataclass
 class ProfileConfig:
     roles: list = field(default_factory=list)
     ranks: list = field(default_factory=list)
@@ -153,6 +160,7 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
 
 

@@ -17,10 +17,13 @@ def start_ray(num_cpus: int) -> bool:
     if ray.is_initialized():
         return False
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=True)
-        return True  # ray.shutdown() only disconnects; the cluster lives on
-    ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1",
-             include_dashboard=True, log_to_driver=True)
+        ctx = ray.init(log_to_driver=True)  # ray.shutdown() later only disconnects
+    else:
+        ctx = ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1",
+                       include_dashboard=True, log_to_driver=True)
+    if ctx.dashboard_url:  # rldbg's tools in this process find the dashboard here
+        url = ctx.dashboard_url
+        os.environ.setdefault("RAY_DASHBOARD_ADDRESS", url if url.startswith("http") else f"http://{url}")
     return True
 
 

@@ -26,6 +26,7 @@ def fit(cfg: Config) -> list[dict]:
     """Train; returns the per-step metric records (also in <run_dir>/metrics.jsonl)."""
     started = start_ray(cfg.resources.ray_num_cpus)
     trace_path = _start_tracing(cfg)
+    control = _start_control(cfg)
     groups, history = {}, []
     try:
         groups = build_role_groups(cfg, worker_env(cfg))
@@ -50,6 +51,10 @@ def fit(cfg: Config) -> list[dict]:
         finally:
             log.close()
     finally:
+        if control:
+            import rldbg.control
+
+            rldbg.control.stop()
         _stop_tracing(trace_path)  # before the workers go: their last events are still in flight
         shutdown_groups(groups.values())
         stop_ray(started)
@@ -104,13 +109,34 @@ def worker_env(cfg: Config) -> dict:
     if cfg.debug.breakpoints:
         env["RLDBG_BREAKPOINTS"] = ";".join(cfg.debug.breakpoints)
     if cfg.debug.post_mortem:
-        env["RAY_DEBUG_POST_MORTEM"] = "1"
+        # rldbg's switch pauses at the raising frame (Ray's own would stop where the
+        # dispatch layer re-raises the error with role/rank/step attached).
+        env["RLDBG_POST_MORTEM"] = "1"
     if cfg.debug.listen_roles:
         env["RLDBG_LISTEN_ROLES"] = ",".join(cfg.debug.listen_roles)
-    for key in ("RLDBG_BREAKPOINTS", "RAY_DEBUG_POST_MORTEM", "RLDBG_LISTEN_ROLES"):
+    if cfg.profile.roles or cfg.profile.ranks or cfg.profile.steps:
+        from rldbg.profilers.spec import to_env
+
+        env["RLDBG_PROFILE"] = to_env(profile_dir(cfg), roles=cfg.profile.roles, ranks=cfg.profile.ranks,
+                                      steps=cfg.profile.steps, run=Path(cfg.trainer.run_dir).name)
+    for key in ("RLDBG_BREAKPOINTS", "RLDBG_POST_MORTEM", "RAY_DEBUG_POST_MORTEM", "RLDBG_LISTEN_ROLES"):
         if key in os.environ and key not in env:
             env[key] = os.environ[key]
     return env
+
+
+def profile_dir(cfg: Config) -> str:
+    return cfg.profile.dir or str(Path(cfg.trainer.run_dir).resolve() / "tb")
+
+
+def _start_control(cfg: Config) -> bool:
+    if not cfg.control.enabled:
+        return False
+    import rldbg.control
+
+    info = rldbg.control.start(port=cfg.control.port, gate_timeout_s=cfg.control.gate_timeout_s)
+    print(f"rldbg control hub at {info['url']} (token in {info['file']}); watch with `rldbg top`", flush=True)
+    return True
 
 
 def _start_tracing(cfg: Config) -> str | None:
@@ -120,7 +146,8 @@ def _start_tracing(cfg: Config) -> str | None:
 
     path = cfg.trace.path or str(Path(cfg.trainer.run_dir) / "trace.json.gz")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    rldbg.trace.start(path, memory_hz=cfg.trace.memory_hz)
+    profiled = cfg.profile.roles or cfg.profile.ranks or cfg.profile.steps
+    rldbg.trace.start(path, memory_hz=cfg.trace.memory_hz, profile_dir=profile_dir(cfg) if profiled else None)
     return path
 
 

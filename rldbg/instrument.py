@@ -2,11 +2,13 @@
 (ours, or VeRL-style @register worker groups) calls these.
 
 Driver side, around every worker-group call:
-    call = call_begin(group, method, mode, world, step)   # opens the dispatch span, may pause (step gate)
-    ... split the batch, submit to ranks ...
+    call = call_begin(group, method, mode, world, step)   # opens the call
+    ... split the batch ...
+    call_ready(call, shards)                               # step gate: may pause before anything is sent
+    ... submit to ranks ...
     call_dispatched(call, shards)                          # per-rank shard summaries; opens the wait span
-    ... ray.get ...
-    call_collected(call, result)                           # closes wait, records collect
+    ... ray.wait ...; call_waiting(call, ranks, s)         # slow call: report ranks paused at breakpoints
+    call_collected(call, result)                           # closes wait, records collect; gate may pause
     call_failed(call, exc)                                 # instead of call_collected on error
     call.tag                                               # small picklable tag sent with the call to ranks
 
@@ -32,7 +34,10 @@ import time
 from dataclasses import dataclass, field
 
 from rldbg.context import current, set_identity
+from rldbg.control import gate as _gate
 from rldbg.memory.probes import sample as _mem_sample
+from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
+from rldbg.profilers.torch_prof import profile_call as _profile_call
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import LEDGER, MEMORY
 
@@ -49,6 +54,7 @@ class CallTag:
     method: str
     step: int | None
     traced: bool = False   # the driver was tracing: a worker that has not found the collector looks now
+    specs: tuple | None = None   # (version, spec texts) of breakpoints set live through the hub
 
 
 @dataclass
@@ -113,10 +119,18 @@ def _mem_value(m: dict) -> int:
 
 def call_begin(group: str, method: str, mode: str, world: int, step: int | None = None) -> Call:
     on = _rt.STATE.on
-    call = Call(CallTag(next(_flow_ids), group, method, step, on), mode, world)
+    version, texts = _gate.current_specs()
+    specs = (version, tuple(texts)) if version else None
+    call = Call(CallTag(next(_flow_ids), group, method, step, on, specs), mode, world)
     if on:
         call.t_begin = time.time_ns()
     return call
+
+
+def call_ready(call: Call, shards: list | None = None) -> None:
+    """The batch is split and nothing is sent yet: the step gate's before-dispatch pause point."""
+    if _gate.before_dispatch(call, shards) and call.t_begin:
+        call.t_begin = time.time_ns()  # a human pause is not dispatch time
 
 
 def call_dispatched(call: Call, shards: list | None = None) -> None:
@@ -140,6 +154,7 @@ def _finish(call: Call, status: str, extra: dict) -> None:
 def call_collected(call: Call, result=None) -> None:
     if _rt.STATE.on:
         _finish(call, "ok", {"result": result if isinstance(result, (dict, type(None))) else summarize(result)})
+    _gate.after_collect(call, result)  # after the trace event: a pause here is not part of the call
 
 
 def call_failed(call: Call, exc: BaseException) -> None:
@@ -151,6 +166,7 @@ def call_failed(call: Call, exc: BaseException) -> None:
 def step(n: int):
     ctx = current()
     ctx.step = n
+    _gate.set_step(n)
     if not _rt.STATE.on:
         yield
         return
@@ -177,12 +193,15 @@ def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
     ctx.role, ctx.rank, ctx.method = role, rank, method
     if tag is not None:
         ctx.step, ctx.flow_id = tag.step, tag.flow_id
+        if tag.specs and tag.specs[0] != _specs_seen[0]:
+            _apply_live_specs(tag.specs)
     if not _rt.STATE.on:
         # Tracing may have started after this actor did: the tag says so, else a slow re-check.
         _rt.lookup(recheck_s=1.0) if tag is not None and tag.traced else _rt.lookup()
     if not _rt.STATE.on:
         try:
-            yield
+            with _profile_call(role, rank, method, ctx.step):
+                yield
         finally:
             ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = prev
         return
@@ -193,7 +212,8 @@ def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
     t0 = time.time_ns()
     _rt.emit(("C", "memory", MEMORY, t0, 0, role, rank, ctx.step, method, None, m0))
     try:
-        yield
+        with _profile_call(role, rank, method, ctx.step):  # operator slices nest in this span
+            yield
     except BaseException as e:
         args["status"] = f"error: {type(e).__name__}"
         raise
@@ -206,8 +226,26 @@ def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
         ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = prev
 
 
+_specs_seen = [0]
+
+
+def _apply_live_specs(specs: tuple) -> None:
+    from rldbg.debug.breakpoints import set_active_specs
+
+    set_active_specs(list(specs[1]))
+    _specs_seen[0] = specs[0]
+
+
 @contextlib.contextmanager
 def transition(name: str, **args):
+    """A hybrid-engine transition: its own span with memory before and after (and, when
+    RLDBG_CUDA_MEMORY_SNAPSHOT is set on a GPU, a CUDA memory snapshot around it)."""
+    with _cuda_snapshot(name), _transition_span(name, **args):
+        yield
+
+
+@contextlib.contextmanager
+def _transition_span(name: str, **args):
     if not _rt.STATE.on:
         yield
         return
@@ -236,3 +274,44 @@ def ledger(category: str, nbytes: int) -> None:
     ctx = current()
     _rt.emit(("C", "ledger", LEDGER, time.time_ns(), 0, ctx.role, ctx.rank, ctx.step, ctx.method, None,
               {str(category): int(nbytes)}))
+
+
+# ---- debugging hooks (rldbg.debug is imported only when a switch is on) ----------------
+def method_entry(role: str, rank: int, method: str, tag: CallTag | None) -> None:
+    """Call as a registered method starts: pauses here when a breakpoint spec matches
+    (RLDBG_BREAKPOINTS or specs pushed live), showing the frame about to call the method."""
+    if not _debug_switches():
+        return
+    from rldbg.debug.breakpoints import check_method_entry
+
+    check_method_entry(role, rank, method, tag.step if tag is not None else None)
+
+
+def post_mortem_guard():
+    """`with post_mortem_guard(): method(...)`: with RLDBG_POST_MORTEM=1 an escaping
+    exception pauses the worker at the raising frame for a debugger, then propagates."""
+    import os
+
+    if os.environ.get("RLDBG_POST_MORTEM") != "1":
+        return contextlib.nullcontext()
+    from rldbg.debug.breakpoints import post_mortem_guard as guard
+
+    return guard()
+
+
+def _debug_switches() -> bool:
+    import os
+
+    if os.environ.get("RLDBG_BREAKPOINTS") or _specs_seen[0]:
+        return True
+    import sys
+
+    mod = sys.modules.get("rldbg.debug.breakpoints")  # specs pushed live were set through it
+    return mod is not None and bool(mod.active_specs().list())
+
+
+def call_waiting(call: Call, pending_ranks: list[int], waited_s: float) -> None:
+    """The driver has waited `waited_s` on `pending_ranks`: report ranks paused at a breakpoint."""
+    from rldbg.debug.wait_report import report
+
+    report(call.tag.group, call.tag.method, call.tag.flow_id, waited_s)

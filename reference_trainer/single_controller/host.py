@@ -80,15 +80,24 @@ def _make_caller(role: str, method: str):
     def caller(self, *args, _call=None, **kwargs):
         worker = self._workers[role]
         with instrument.worker_call(role, self._info.rank, method, _call):
+            instrument.method_entry(role, self._info.rank, method, _call)
             try:
-                return getattr(worker, method)(*args, **kwargs)
+                with instrument.post_mortem_guard():
+                    return getattr(worker, method)(*args, **kwargs)
             except Exception as exc:  # name the rank and call; keep the remote traceback
                 step = getattr(_call, "step", None)
                 raise RemoteCallError(role, self._info.rank, method, step, type(exc).__name__,
                                       str(exc), traceback.format_exc()) from None
 
-    caller.__name__ = caller.__qualname__ = remote_name(role, method)
-    return caller
+    return named(caller, remote_name(role, method))
+
+
+def named(fn, name: str):
+    """Rename a generated function, code object included, so stack traces, py-spy and
+    debuggers show the method it serves instead of a generic closure name."""
+    fn.__name__ = fn.__qualname__ = name
+    fn.__code__ = fn.__code__.replace(co_name=name, co_qualname=name)
+    return fn
 
 
 def make_host_class(roles: dict):

@@ -14,7 +14,7 @@ from rldbg.context import current
 
 from reference_trainer.single_controller.decorator import Registration, registered_methods
 from reference_trainer.single_controller.dispatch import result_summary, shard_summary
-from reference_trainer.single_controller.host import RemoteCallError, make_host_class, remote_name
+from reference_trainer.single_controller.host import RemoteCallError, make_host_class, named, remote_name
 from reference_trainer.single_controller.resource_pool import ResourcePool
 
 
@@ -36,9 +36,8 @@ class WorkerGroup:
         def call(*args, **kwargs):
             return self._call(method, reg, args, kwargs)
 
-        call.__name__ = call.__qualname__ = method
         call.__doc__ = getattr(self.worker_cls, method).__doc__
-        return call
+        return named(call, method)
 
     def _call(self, method: str, reg: Registration, args: tuple, kwargs: dict):
         call = instrument.call_begin(self.role, method, reg.mode.name, self.world_size, current().step)
@@ -47,6 +46,8 @@ class WorkerGroup:
         except Exception as exc:
             instrument.call_failed(call, exc)
             raise type(exc)(f"{self.role}.{method}: {exc}") from None
+        shards = [shard_summary(*item) if item else None for item in per_rank]
+        instrument.call_ready(call, shards)  # the step gate may hold the call here
         refs, ranks = [], []
         for rank, item in enumerate(per_rank):
             if item is None:
@@ -55,9 +56,12 @@ class WorkerGroup:
             handle = getattr(self.hosts[rank], remote_name(self.role, method))
             refs.append(handle.remote(*rank_args, _call=call.tag, **rank_kwargs))
             ranks.append(rank)
-        instrument.call_dispatched(call, [shard_summary(*item) if item else None for item in per_rank])
+        instrument.call_dispatched(call, shards)
         future = CallFuture(self, method, reg, call, state, refs, ranks)
         return future.get() if reg.blocking else future
+
+
+_WAIT_SLICE_S = 2.0
 
 
 class CallFuture:
@@ -72,15 +76,21 @@ class CallFuture:
     def get(self, timeout: float | None = None):
         if self._done:
             return self._result
-        deadline = None if timeout is None else time.monotonic() + timeout
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
         pending = list(self._refs)
         try:
             while pending:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                done, pending = ray.wait(pending, num_returns=1, timeout=left)
-                if not done:
+                slice_s = _WAIT_SLICE_S if left is None else min(left, _WAIT_SLICE_S)
+                done, pending = ray.wait(pending, num_returns=1, timeout=slice_s)
+                if done:
+                    ray.get(done)  # raise the first failure now; peers may be stuck in a collective
+                elif deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(f"{self.group.role}.{self.method}: not done after {timeout} s")
-                ray.get(done)  # raise the first failure now; peers may be stuck in a collective
+                else:  # a slow call may be a rank paused at a breakpoint: say so
+                    ranks = [r for r, ref in zip(self._ranks, self._refs) if ref in pending]
+                    instrument.call_waiting(self.call, ranks, time.monotonic() - start)
             outputs = ray.get(self._refs)
         except ray.exceptions.RayTaskError as err:
             instrument.call_failed(self.call, err)

@@ -34,8 +34,9 @@ def spill_dir_for(path: str) -> str:
 
 
 def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_events: int = 1 << 20,
-          flush_interval: float = 0.1) -> str:
-    """Begin tracing this Ray job; returns the spill directory."""
+          flush_interval: float = 0.1, profile_dir: str | None = None) -> str:
+    """Begin tracing this Ray job; returns the spill directory. torch.profiler traces found in
+    `profile_dir` at stop() are merged into the exported trace."""
     global _atexit_registered
     if not (path.endswith(".json") or path.endswith(".json.gz")):
         raise ValueError(f"trace path {path!r} must end in .json or .json.gz")
@@ -60,7 +61,7 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
         scheduling_strategy=NodeAffinitySchedulingStrategy(ctx.get_node_id(), soft=False),
     ).remote(spill, config)
     ray.get(collector.config.remote())   # fail here, not in the first batch, if it cannot start
-    _session.update(path=path, spill=spill, collector=collector, config=config)
+    _session.update(path=path, spill=spill, collector=collector, config=config, profile_dir=profile_dir)
     runtime.STATE.looked_up = False
     runtime.attach(collector, config, is_driver=True)
     if not _atexit_registered:
@@ -75,6 +76,7 @@ def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
         return None
     import ray
     collector, path, spill = _session["collector"], _session["path"], _session["spill"]
+    profile_dir = _session.get("profile_dir")
     try:
         runtime.detach(flush=True)
         # Workers flush on their own timer; wait until their last batches have landed.
@@ -95,7 +97,7 @@ def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
     if not export:
         return spill
     from rldbg.trace.export import export_spill
-    export_spill(spill, path)
+    export_spill(spill, path, profile_dir=profile_dir)
     return path
 
 
