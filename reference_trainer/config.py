@@ -20,7 +20,8 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    task: str = "digits"
+    task: str = "digit_shift"
+    task_args: dict = field(default_factory=dict)  # passed to the task, e.g. {n_digits: 2}
     prompts_per_step: int = 16
     group_size: int = 8  # responses sampled per prompt (GRPO's group)
     seed: int = 0
@@ -129,6 +130,7 @@ class DebugConfig:
     post_mortem: bool = False
     pg_timeout_s: float = 600.0  # process-group timeout; raise it while a rank sits at a breakpoint
     listen_roles: list = field(default_factory=list)  # roles whose workers open a debugpy listener
+    listen_ranks: list = field(default_factory=list)  # only these ranks listen (default: all)
 
 
 @dataclass
@@ -231,6 +233,9 @@ def _coerce(key: str, value, hint):
     elif hint is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
+    elif hint is dict:
+        if isinstance(value, dict):
+            return value
     elif hint is list or typing.get_origin(hint) is list:
         if isinstance(value, list):
             return value

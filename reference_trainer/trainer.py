@@ -35,7 +35,7 @@ def fit(cfg: Config) -> list[dict]:
         reward.init_model()
         if critic:
             critic.init_model()
-        task, tokenizer = get_task(cfg.data.task), load_tokenizer_for(cfg.model.preset)
+        task, tokenizer = get_task(cfg.data.task, **cfg.data.task_args), load_tokenizer_for(cfg.model.preset)
         start = checkpoint.resume(cfg.trainer.run_dir, actor, critic) if cfg.trainer.resume else 0
         if start == 0 and cfg.sft.steps:
             warm_start(actor, task, tokenizer, cfg)
@@ -71,7 +71,8 @@ def train_step(step: int, batch, actor, critic, reward, cfg: Config) -> dict:
         with t("reward"):
             batch = batch.union(reward.compute_scores(batch))
         with t("log_prob"):
-            batch = batch.union(actor.compute_log_prob(batch))
+            if needs_old_log_prob(cfg):                      # several updates per batch: keep the behaviour policy
+                batch = batch.union(actor.compute_log_prob(batch))
             batch = batch.union(actor.compute_ref_log_prob(batch))
             if critic:
                 batch = batch.union(critic.compute_values(batch))
@@ -94,6 +95,14 @@ def train_step(step: int, batch, actor, critic, reward, cfg: Config) -> dict:
     return record
 
 
+def needs_old_log_prob(cfg: Config) -> bool:
+    """With one epoch over one mini-batch the update is on-policy: the ratio's denominator is
+    the policy being differentiated, so update_actor uses its own detached log-probs and the
+    extra forward pass is skipped. A KL penalty in the reward needs them before the update."""
+    a, batch = cfg.actor, cfg.data.prompts_per_step * cfg.data.group_size
+    return a.ppo_epochs > 1 or a.mini_batch_size < batch or cfg.algorithm.kl_in_reward
+
+
 def warm_start(actor, task, tokenizer, cfg: Config) -> None:
     """Supervised steps that teach the answer format only (see the task's sft_examples)."""
     rng = np.random.default_rng(cfg.trainer.seed + 7)
@@ -113,15 +122,21 @@ def worker_env(cfg: Config) -> dict:
         # dispatch layer re-raises the error with role/rank/step attached).
         env["RLDBG_POST_MORTEM"] = "1"
     if cfg.debug.listen_roles:
-        env["RLDBG_LISTEN_ROLES"] = ",".join(cfg.debug.listen_roles)
+        env["RLDBG_LISTEN_ROLES"] = ",".join(map(str, cfg.debug.listen_roles))
+    if cfg.debug.listen_ranks:
+        env["RLDBG_LISTEN_RANKS"] = ",".join(map(str, cfg.debug.listen_ranks))
     if cfg.profile.roles or cfg.profile.ranks or cfg.profile.steps:
         from rldbg.profilers.spec import to_env
 
         env["RLDBG_PROFILE"] = to_env(profile_dir(cfg), roles=cfg.profile.roles, ranks=cfg.profile.ranks,
                                       steps=cfg.profile.steps, run=Path(cfg.trainer.run_dir).name)
-    for key in ("RLDBG_BREAKPOINTS", "RLDBG_POST_MORTEM", "RAY_DEBUG_POST_MORTEM", "RLDBG_LISTEN_ROLES"):
+    for key in ("RLDBG_BREAKPOINTS", "RLDBG_POST_MORTEM", "RAY_DEBUG_POST_MORTEM", "RLDBG_LISTEN_ROLES",
+                "RLDBG_LISTEN_RANKS"):
         if key in os.environ and key not in env:
             env[key] = os.environ[key]
+    from rldbg.debug.listen import check_env
+
+    check_env(env)  # a bad rank list fails on the driver, before any worker starts
     return env
 
 

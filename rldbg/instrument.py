@@ -184,6 +184,9 @@ def set_worker_identity(role: str, rank: int, world: int) -> None:
     set_identity(role, rank, world)
     _ident["role"], _ident["rank"] = role, rank
     _rt.lookup(force=True)
+    from rldbg.debug.listen import maybe_listen
+
+    maybe_listen(role, rank, world)  # debug mode (RLDBG_LISTEN_ROLES): one env lookup when off
 
 
 @contextlib.contextmanager

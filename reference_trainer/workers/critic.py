@@ -61,7 +61,8 @@ class CriticWorker(Worker):
             values = ops.response_values(self.model, t["input_ids"], t["attention_mask"], r_len)
             loss, stats = algos.value_loss(values, t["values"], t["returns"], mask, clip_range=c.value_clip,
                                            agg_mode="token-mean", global_denominator=denom, dp_size=world)
-            return loss, {"critic/vf_loss": float(loss.detach()) / world, "critic/vf_clipfrac": stats["vf_clipfrac"]}
+            local = ops.local_scale(mask, "token-mean", denom, world)
+            return loss, {"critic/vf_loss": float(loss.detach()) * local, "critic/vf_clipfrac": stats["vf_clipfrac"]}
 
         metrics = ops.minibatch_update(batch, self.model, self.optimizer, c.mini_batch_size, c.micro_batch_size,
                                        c.ppo_epochs, c.grad_clip, "token-mean", loss_fn)

@@ -175,23 +175,28 @@ class ActorRolloutRefWorker(Worker):
         def loss_fn(micro: DataProto, denom: float, world: int):
             t = {k: v.to(self.device) for k, v in micro.tensors.items()}
             mask = ops.loss_mask(micro).to(self.device)
-            need_ent = a.entropy_coef > 0
             logp, ent = ops.response_logprobs(self.model, t["input_ids"], t["attention_mask"], r_len,
-                                              temperature, with_entropy=need_ent)
+                                              temperature, with_entropy=True)
+            # On-policy (one epoch, one mini-batch): the behaviour policy is this very forward pass.
+            old = t["old_log_probs"] if "old_log_probs" in t else logp.detach()
             agg = dict(agg_mode=a.loss_agg, global_denominator=denom, dp_size=world)
-            loss, stats = algos.policy_loss(logp, t["old_log_probs"], t["advantages"], mask,
-                                            clip_low=a.clip_low, clip_high=a.clip_high,
-                                            dual_clip_c=a.dual_clip_c, **agg)
-            out = {"actor/pg_loss": float(loss.detach()) / world, "actor/clipfrac": stats["clipfrac"],
-                   "actor/ppo_kl": stats["approx_kl"]}
-            if need_ent:
-                ent_loss = algos.agg_loss(ent, mask, a.loss_agg, denom, world)
-                loss = loss - a.entropy_coef * ent_loss
-            if a.use_kl_loss:
+            loss, stats = algos.policy_loss(logp, old, t["advantages"], mask, clip_low=a.clip_low,
+                                            clip_high=a.clip_high, dual_clip_c=a.dual_clip_c, **agg)
+            # Metrics are this micro-batch's own means (averaged over ranks by the driver); the
+            # losses carry the global denominator so that gradients do not depend on the rank count.
+            local = ops.local_scale(mask, a.loss_agg, denom, world)
+            out = {"actor/pg_loss": float(loss.detach()) * local, "actor/clipfrac": stats["clipfrac"],
+                   "actor/ppo_kl": stats["approx_kl"],
+                   "actor/entropy": float(algos.masked_mean(ent.detach(), mask))}
+            if a.entropy_coef > 0:
+                loss = loss - a.entropy_coef * algos.agg_loss(ent, mask, a.loss_agg, denom, world)
+            if "ref_log_probs" in t:
                 kl = algos.kl_estimate(logp, t["ref_log_probs"], a.kl_loss_type)
-                kl_loss = algos.agg_loss(kl, mask, a.loss_agg, denom, world)
-                loss = loss + a.kl_loss_coef * kl_loss
-                out["actor/kl_loss"] = float(kl_loss.detach()) / world
+                out["kl_to_ref"] = float(algos.masked_mean(kl.detach(), mask))
+                if a.use_kl_loss:
+                    kl_loss = algos.agg_loss(kl, mask, a.loss_agg, denom, world)
+                    out["actor/kl_loss"] = float(kl_loss.detach()) * local
+                    loss = loss + a.kl_loss_coef * kl_loss
             return loss, out
 
         metrics = ops.minibatch_update(batch, self.model, self.optimizer, a.mini_batch_size, a.micro_batch_size,
@@ -211,7 +216,7 @@ class ActorRolloutRefWorker(Worker):
             mask = ops.loss_mask(micro).to(self.device)
             logp, _ = ops.response_logprobs(self.model, ids, micro.tensors["attention_mask"].to(self.device), r_len)
             loss = -algos.agg_loss(logp, mask, "token-mean", denom, world)
-            return loss, {"sft/loss": float(loss.detach()) / world}
+            return loss, {"sft/loss": float(loss.detach()) * ops.local_scale(mask, "token-mean", denom, world)}
 
         metrics = ops.minibatch_update(batch, self.model, self.optimizer, len(batch) * ops.world_size(),
                                        a.micro_batch_size, 1, a.grad_clip, "token-mean", loss_fn)

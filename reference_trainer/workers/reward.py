@@ -15,7 +15,7 @@ class RewardWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self) -> dict:
         self.tokenizer = load_tokenizer_for(self.config.model.preset)
-        self.task = get_task(self.config.data.task)
+        self.task = get_task(self.config.data.task, **self.config.data.task_args)
         return {"task": self.task.name}
 
     @register(Dispatch.DP_COMPUTE_PROTO)

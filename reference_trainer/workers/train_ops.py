@@ -83,6 +83,13 @@ def denominator(mask: torch.Tensor, agg_mode: str) -> float:
     return float(all_reduce_sum(local))
 
 
+def local_scale(mask: torch.Tensor, agg_mode: str, denom: float, world: int) -> float:
+    """Factor turning a loss normalised by the global denominator (times world size) back
+    into this micro-batch's own mean, for reporting."""
+    local = float(mask.sum() if agg_mode == "token-mean" else (mask.sum(-1) > 0).sum())
+    return denom / (world * local) if local else 0.0
+
+
 def minibatch_update(batch: DataProto, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                      global_mini_batch: int, micro_batch: int, epochs: int, grad_clip: float,
                      agg_mode: str, loss_fn: Callable[[DataProto, float, int], tuple[torch.Tensor, dict]]) -> dict:
