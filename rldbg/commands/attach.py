@@ -1,16 +1,23 @@
-"""`rldbg attach [TARGET]`: a terminal debugger for a paused worker.
+"""`rldbg attach`: a terminal debugger for a paused or listening worker.
+
+    rldbg attach [TARGET]                        a worker paused at a breakpoint
+    rldbg attach --role actor --rank 1 --break reference_trainer/workers/hybrid.py:172[:COND]
+                                                 a listening worker (debug mode): set the
+                                                 breakpoint, wait for the hit, then debug
 
 TARGET is HOST:PORT, ROLE:RANK (looked up in the dashboard), or nothing (the only
-paused worker). debugpy has no authentication: attach only over loopback or a
-network you trust.
+paused worker). --role finds listening workers in Ray's internal KV (rldbg.debug.registry).
+debugpy has no authentication: attach only over loopback or a network you trust.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from rldbg.dashboard import Dashboard, DashboardError
 from rldbg.debug.dap import DAPClient, DAPError
-from rldbg.debug.session import Session
+from rldbg.debug.registry import RegistryError, listening_workers
+from rldbg.debug.session import BREAK_FORM, Session, parse_break
 from rldbg.debug.workers import TARGET_FORM, TargetError, resolve_target
 
 HELP = "terminal debugger for a paused or listening worker"
@@ -18,25 +25,90 @@ HELP = "terminal debugger for a paused or listening worker"
 
 def add_arguments(parser) -> None:
     parser.add_argument("target", nargs="?", help=TARGET_FORM)
+    parser.add_argument("--role", help="attach to a listening worker of this role (debug mode)")
+    parser.add_argument("--rank", type=int, help="with --role: which rank (default: the only listening one)")
+    parser.add_argument("--break", dest="breaks", action="append", default=[], metavar="FILE:LINE[:COND]",
+                        help=f"with --role: breakpoint to set, repeatable; {BREAK_FORM}")
+    parser.add_argument("--local-root", help="local project root that maps to the worker's cwd (default: cwd)")
     parser.add_argument("--address", help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS or http://127.0.0.1:8265)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the worker to stop (default 30)")
+    parser.add_argument("--ray-address", help="GCS HOST:PORT for --role (default: RAY_ADDRESS, else the local cluster)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds to wait for the stop (default 30 for a paused worker, forever with --break)")
+
+
+def _fail(msg: str) -> int:
+    print(f"rldbg attach: {msg}", file=sys.stderr)
+    return 1
 
 
 def run(args) -> int:
+    if args.role is None and (args.rank is not None or args.breaks):
+        return _fail("--rank and --break need --role ROLE (a listening worker)")
+    if args.role is not None:
+        return _run_listening(args)
     try:
         host, port, worker = resolve_target(args.target, lambda: Dashboard(args.address))
     except (TargetError, DashboardError) as e:
-        print(f"rldbg attach: {e}", file=sys.stderr)
-        return 1
+        return _fail(str(e))
     who = f"{worker.label} ({worker.method})" if worker else f"{host}:{port}"
-    client = DAPClient(host, port, timeout=args.timeout)
+    timeout = 30.0 if args.timeout is None else args.timeout
+    client = DAPClient(host, port, timeout=timeout)
     try:
         client.attach()
     except DAPError as e:
-        print(f"rldbg attach: {who}: {e}", file=sys.stderr)
-        return 1
+        return _fail(f"{who}: {e}")
     print(f"attached to {who} at {host}:{port}; type help")
-    session = Session(client, stop_timeout=args.timeout)
+    return _interact(Session(client, stop_timeout=timeout))
+
+
+def find_listening(role: str, rank: int | None, ray_address=None, dashboard=None):
+    """The one listening worker of `role` (at `rank`); ValueError names what listens."""
+    everyone = listening_workers(ray_address, role=role, dashboard=dashboard)
+    found = [w for w in everyone if rank is None or w.rank == rank]
+    if len(found) == 1:
+        return found[0]
+    listing = ", ".join(f"{w.role} rank {w.rank} ({w.address})" for w in everyone) or "none"
+    if not found:
+        want = f"{role} rank {rank}" if rank is not None else role
+        raise ValueError(f"no listening worker {want}; listening {role}: {listing} "
+                         "(debug mode: RLDBG_LISTEN_ROLES / debug.listen_roles)")
+    raise ValueError(f"{len(found)} {role} workers listen; pick one with --rank: {listing}")
+
+
+def attach_with_breaks(worker, breaks, local_root=None, timeout: float = 10.0, out=print):
+    """Attach to a listening worker, set the breakpoints (paths translated to the
+    worker's view), return (client, session) ready for session.start(already_attached=True)."""
+    parsed = [parse_break(b) if isinstance(b, str) else b for b in breaks]
+    client = DAPClient(worker.host, worker.port, timeout=timeout)
+    client.attach()
+    session = Session(client, out=out)
+    for path, line, cond in parsed:
+        local = os.path.abspath(path) if os.path.exists(path) or not worker.cwd else None
+        remote = worker.to_remote(local, local_root) if local else os.path.join(worker.cwd, path)
+        answer = session.add_breakpoint(remote, line, cond)
+        state = "set" if answer.get("verified") else f"pending ({answer.get('message') or 'not verified yet'})"
+        out(f"breakpoint {remote}:{line}" + (f" if {cond}" if cond else "") + f": {state}")
+    return client, session
+
+
+def _run_listening(args) -> int:
+    try:
+        parsed = [parse_break(b) for b in args.breaks]
+        worker = find_listening(args.role, args.rank, args.ray_address, args.address)
+    except (ValueError, RegistryError) as e:
+        return _fail(str(e))
+    try:
+        client, session = attach_with_breaks(worker, parsed, args.local_root)
+    except DAPError as e:
+        return _fail(f"{worker.label} at {worker.address}: {e}")
+    session.stop_timeout = args.timeout  # None: wait for the hit as long as it takes
+    what = "the breakpoint" if parsed else "a stop (set one with `b FILE:LINE` from VS Code or pause)"
+    print(f"attached to {worker.label} (pid {worker.pid}) at {worker.address}; waiting for {what} "
+          "(Ctrl-C detaches; the worker keeps running)")
+    return _interact(session)
+
+
+def _interact(session: Session) -> int:
     try:
         session.start(already_attached=True)
         while session.active:

@@ -1,4 +1,11 @@
-"""`rldbg vscode`: launch.json attach entries for the workers paused right now.
+"""`rldbg vscode`: launch.json attach entries for paused or listening workers.
+
+    rldbg vscode                              the workers paused at a breakpoint now
+    rldbg vscode --attach-role actor [--ranks 1]
+                                              every listening worker of a role (debug mode),
+                                              one entry per worker plus a compound
+                                              "rldbg: actor (all listening ranks)" that
+                                              attaches to all of them in one go
 
 Entries are named "rldbg: ROLE rank R"; a rerun replaces them (stale ports
 go away) and keeps every other configuration. launch.json may hold comments
@@ -11,7 +18,10 @@ import re
 import sys
 from pathlib import Path
 
+import sysconfig
+
 from rldbg.dashboard import Dashboard, DashboardError
+from rldbg.debug.registry import ListeningWorker, RegistryError, listening_workers, parse_ranks
 from rldbg.debug.workers import PausedWorker, list_paused
 
 HELP = "write VS Code launch.json entries for paused or listening workers"
@@ -21,6 +31,9 @@ _GENERATED = re.compile(r"^rldbg: .+ (rank \d+|pid \d+)$")
 def add_arguments(parser) -> None:
     parser.add_argument("--address", help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS or http://127.0.0.1:8265)")
     parser.add_argument("--output", default=".vscode/launch.json", help="launch.json to create or update (default .vscode/launch.json)")
+    parser.add_argument("--attach-role", metavar="ROLE", help="entries for every listening worker of ROLE (debug mode)")
+    parser.add_argument("--ranks", help="with --attach-role: only these ranks (1, 0,1, 0-3)")
+    parser.add_argument("--ray-address", help="GCS HOST:PORT for --attach-role (default: RAY_ADDRESS, else the local cluster)")
 
 
 def strip_jsonc(text: str) -> str:
@@ -65,8 +78,29 @@ def entry_for(p: PausedWorker) -> dict:
     return entry
 
 
-def update_launch(path: Path, entries: list[dict]) -> dict:
-    """Merge entries into the launch.json at path (created if missing)."""
+def listening_entry(w: ListeningWorker, role: str) -> dict:
+    """One debugpy attach entry for a listening worker. pathMappings: the workspace is
+    the worker's cwd, and the local site-packages the worker's (libraries, Ray)."""
+    maps = []
+    if w.cwd:
+        maps.append({"localRoot": "${workspaceFolder}", "remoteRoot": w.cwd})
+    if w.purelib:
+        maps.append({"localRoot": sysconfig.get_paths()["purelib"], "remoteRoot": w.purelib})
+    entry = {"name": f"rldbg: {role} rank {w.rank}", "type": "debugpy", "request": "attach",
+             "connect": {"host": w.host, "port": int(w.port)}, "justMyCode": False}
+    if maps:
+        entry["pathMappings"] = maps
+    return entry
+
+
+def compound_name(role: str, ranks) -> str:
+    which = "all listening ranks" if ranks is None else "ranks " + ",".join(str(r) for r in sorted(ranks))
+    return f"rldbg: {role} ({which})"
+
+
+def update_launch(path: Path, entries: list[dict], compound: dict | None = None, role: str | None = None) -> dict:
+    """Merge entries into the launch.json at path (created if missing). With role,
+    only that role's generated entries and compounds are replaced (the others stay)."""
     data = {"version": "0.2.0", "configurations": []}
     if path.exists():
         text = path.read_text()
@@ -77,16 +111,59 @@ def update_launch(path: Path, entries: list[dict]) -> dict:
                 raise ValueError(f"{path} is not valid JSON ({e}); fix or move it, then rerun") from None
         if not isinstance(data, dict) or not isinstance(data.get("configurations", []), list):
             raise ValueError(f"{path} has no 'configurations' list; fix or move it, then rerun")
-    kept = [c for c in data.get("configurations", [])
-            if not (isinstance(c, dict) and _GENERATED.match(str(c.get("name", ""))))]
-    data["configurations"] = kept + entries
+    def generated(c) -> bool:
+        name = str(c.get("name", "")) if isinstance(c, dict) else ""
+        if role is not None:
+            return name.startswith(f"rldbg: {role} ")
+        return bool(_GENERATED.match(name))
+
+    data["configurations"] = [c for c in data.get("configurations", []) if not generated(c)] + entries
+    if compound is not None or "compounds" in data:
+        if not isinstance(data.get("compounds", []), list):
+            raise ValueError(f"{path} has a 'compounds' that is not a list; fix or move it, then rerun")
+        data["compounds"] = [c for c in data.get("compounds", []) if not generated(c)] + ([compound] if compound else [])
     data.setdefault("version", "0.2.0")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
     return data
 
 
+def write_listening(path: Path, role: str, ranks=None, ray_address=None, dashboard=None):
+    """launch.json entries + a compound for every listening worker of `role`;
+    returns the workers written (RegistryError / ValueError on failure)."""
+    workers = listening_workers(ray_address, role=role, ranks=ranks, dashboard=dashboard)
+    if not workers:
+        which = "" if ranks is None else f" at ranks {sorted(ranks)}"
+        raise ValueError(f"no listening {role} workers{which}; start the run with debug mode on "
+                         f"(RLDBG_LISTEN_ROLES={role} or debug.listen_roles=[{role}])")
+    entries = [listening_entry(w, role) for w in workers]
+    compound = {"name": compound_name(role, ranks), "configurations": [e["name"] for e in entries],
+                "stopAll": False}
+    update_launch(path, entries, compound, role=role)
+    return workers
+
+
+def _run_listening(args) -> int:
+    path = Path(args.output)
+    try:
+        ranks = parse_ranks(args.ranks, "--ranks")
+        workers = write_listening(path, args.attach_role, ranks, args.ray_address, args.address)
+    except (ValueError, OSError, RegistryError) as e:
+        print(f"rldbg vscode: {e}", file=sys.stderr)
+        return 1
+    for w in workers:
+        print(f"rldbg: {args.attach_role} rank {w.rank} -> {w.address} (pid {w.pid})")
+    print(f"wrote {path}; in VS Code run '{compound_name(args.attach_role, ranks)}' to attach to all of them "
+          "(debugpy has no authentication: keep these ports on loopback)")
+    return 0
+
+
 def run(args) -> int:
+    if args.attach_role:
+        return _run_listening(args)
+    if args.ranks:
+        print("rldbg vscode: --ranks needs --attach-role ROLE", file=sys.stderr)
+        return 2
     try:
         paused = list_paused(Dashboard(args.address))
     except DashboardError as e:

@@ -136,7 +136,42 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
     if exc_info is not None:
         listener.stop_on_exception(exc_info)
     else:
+        _own_stop.frame = frame  # already recorded above; listen mode must not count it again
         listener.stop_in(frame)
+
+
+# --- stops that did not come through rldbg.breakpoint() ----------------------------
+# A client's own breakpoint (listen mode) stops inside pydevd; rldbg.debug.listen reports
+# it here so hits() / paused() and the trace show it like any other breakpoint.
+_own_stop = threading.local()  # the frame rldbg itself is about to stop in (not reported twice)
+
+
+def record_external_stop(frame, reason: str, thread_ident: int) -> dict | None:
+    if getattr(_own_stop, "frame", None) is frame:
+        _own_stop.frame = None
+        return None
+    entry = _record(frame, reason, {"thread": thread_ident})
+    with _lock:
+        _hits.append(entry)
+        _paused[thread_ident] = entry
+    _notify("notify_pause", entry)
+    return entry
+
+
+def clear_external_stop(entry: dict) -> None:
+    with _lock:
+        if _paused.get(entry["thread"]) is entry:
+            del _paused[entry["thread"]]
+    _notify("notify_resume", entry)
+
+
+def _notify(name: str, entry: dict) -> None:
+    # The job's control hub (TUI, /api/state) hears of the stop; fire-and-forget, never raises.
+    try:
+        from rldbg.control import notify
+        getattr(notify, name)(entry)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _pause_without_ray(frame, reason: str) -> None:

@@ -49,9 +49,9 @@ class DAPClient:
     def attach(self, exception_filters=("uncaught",), breakpoints: dict | None = None,
                skip_ray: bool = True) -> dict:
         """Connect (if needed) and run the attach handshake. `breakpoints` maps a
-        source path to a list of lines. skip_ray: stepping does not enter Ray's own
-        modules (actor methods called via self go through Ray's tracing wrapper).
-        Returns the initialize capabilities."""
+        source path to a list of lines (or {line, condition} dicts). skip_ray:
+        stepping does not enter Ray's own modules (actor methods called via self go
+        through Ray's tracing wrapper). Returns the initialize capabilities."""
         if self._sock is None:
             self.connect()
         caps = self.request(
@@ -233,7 +233,13 @@ class DAPClient:
 
     # --- inspection ------------------------------------------------------
     def set_breakpoints(self, path: str, lines, condition: str | None = None) -> list[dict]:
-        bps = [{"line": int(n), **({"condition": condition} if condition else {})} for n in lines]
+        """Replace the breakpoints of one file. `lines`: ints, or dicts {line, condition};
+        `condition` applies to the plain ints. An empty list clears the file."""
+        bps = []
+        for n in lines:
+            item = dict(n) if isinstance(n, dict) else {"line": int(n)}
+            cond = item.get("condition", condition)
+            bps.append({"line": int(item["line"]), **({"condition": cond} if cond else {})})
         body = self.request("setBreakpoints", {"source": {"path": str(path)}, "breakpoints": bps})
         return body.get("breakpoints", [])
 

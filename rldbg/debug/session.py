@@ -6,6 +6,7 @@ The core is a Session fed one command line at a time and writing through an
 from __future__ import annotations
 
 import linecache
+import re
 
 from rldbg.debug.dap import DAPClient, DAPError
 
@@ -20,9 +21,23 @@ HELP = """commands:
   s, step            step into
   finish, out        step out of the current function
   c, continue        resume; wait for the next stop (Ctrl-C detaches)
+  b FILE:LINE[:COND] add a breakpoint (COND e.g. RLDBG_RANK == 1); b alone lists them
+  clear              remove every breakpoint this session set
   detach             disconnect; the worker resumes
   q, quit            same as detach (the worker is never killed)
   help               this text"""
+
+
+BREAK_FORM = "FILE:LINE[:CONDITION] (e.g. reference_trainer/workers/hybrid.py:172:RLDBG_RANK == 1)"
+
+
+def parse_break(text: str) -> tuple[str, int, str | None]:
+    """"path.py:12" -> ("path.py", 12, None); "path.py:12:x > 3" -> (..., "x > 3")."""
+    m = re.match(r"^(?P<file>.+?):(?P<line>\d+)(?::(?P<cond>.*))?$", text.strip())
+    if not m or int(m.group("line")) < 1:
+        raise ValueError(f"bad breakpoint {text!r}: expected {BREAK_FORM}")
+    cond = (m.group("cond") or "").strip() or None
+    return m.group("file"), int(m.group("line")), cond
 
 
 class Session:
@@ -38,6 +53,7 @@ class Session:
         self.index = 0
         self.active = False
         self.last_stop: dict = {}
+        self.breakpoints: dict[str, list[dict]] = {}  # path -> [{line, condition}], as sent
 
     # --- lifecycle -------------------------------------------------------
     def start(self, already_attached: bool = False) -> None:
@@ -58,6 +74,15 @@ class Session:
         if self.active:
             self.client.disconnect()
             self.active = False
+
+    def add_breakpoint(self, path: str, line: int, condition: str | None = None) -> dict:
+        """Add one breakpoint (DAP replaces a file's set, so the whole set is resent);
+        returns debugpy's answer for it ({verified, line, ...})."""
+        items = [b for b in self.breakpoints.get(path, []) if b["line"] != line]
+        items.append({"line": int(line), **({"condition": condition} if condition else {})})
+        answer = self.client.set_breakpoints(path, items)
+        self.breakpoints[path] = items
+        return next((a for a in answer if a.get("line") == line), answer[-1] if answer else {})
 
     # --- state -----------------------------------------------------------
     @property
@@ -134,6 +159,8 @@ class Session:
             cmd, arg = "!", line[1:].strip()
         try:
             self._execute(cmd, arg)
+        except ValueError as e:  # a bad `b` argument
+            self.out(f"*** {e}")
         except DAPError as e:
             self.out(f"*** {e}")
             if self.client.closed:
@@ -173,6 +200,18 @@ class Session:
                 self._after_resume(self.continue_timeout)
             else:
                 self._after_resume(self.stop_timeout)
+        elif cmd in ("b", "break"):
+            if arg:
+                self.add_breakpoint(*parse_break(arg))
+            for path, items in self.breakpoints.items():
+                for it in items:
+                    cond = f" if {it['condition']}" if it.get("condition") else ""
+                    self.out(f"  {path}:{it['line']}{cond}")
+        elif cmd == "clear":
+            for path in list(self.breakpoints):
+                self.client.set_breakpoints(path, [])
+            self.breakpoints.clear()
+            self.out("breakpoints cleared")
         elif cmd in ("detach", "q", "quit", "exit"):
             self.end()
             self.out("detached; the worker resumes")

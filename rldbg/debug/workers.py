@@ -81,13 +81,16 @@ def list_paused(dash: Dashboard) -> list[PausedWorker]:
         actor_id = task.get("actor_id")
         role, rank, world = None, None, None
         actor = {}
-        if actor_id:
-            # repr_name is a detail column of the state API.
-            found = dash.actors(detail=True, filters=[("actor_id", "=", actor_id)])
-            actor = found[0] if found else {}
-            parsed = parse_repr(actor.get("repr_name"))
-            if parsed:
-                role, rank, world = parsed
+        # repr_name is a detail column of the state API. The running task shows up a moment
+        # after the pause starts; until then the actor is found by its live pid.
+        found = (dash.actors(detail=True, filters=[("actor_id", "=", actor_id)]) if actor_id else
+                 dash.actors(detail=True, filters=[("pid", "=", int(w["pid"])), ("state", "=", "ALIVE")]))
+        if found:
+            actor = found[0]
+            actor_id = actor_id or actor.get("actor_id")
+        parsed = parse_repr(actor.get("repr_name"))
+        if parsed:
+            role, rank, world = parsed
         if role is None:
             role = actor.get("class_name") or (name.rsplit(".", 1)[0] if name and "." in name else "task")
         method = name.rsplit(".", 1)[-1] if name else None

@@ -1,0 +1,227 @@
+"""Debug mode: workers of chosen roles listen for a debugger from start-up, without pausing.
+
+    RLDBG_LISTEN_ROLES=actor,critic   roles whose workers listen ("*": all roles)
+    RLDBG_LISTEN_RANKS=1              optional: only these ranks (1, 0,1, 0|1, 0-3)
+
+maybe_listen(roles, rank, world) is called once per worker process at start-up (the
+seam's set_worker_identity). A chosen worker opens debugpy on 127.0.0.1:<free port>
+(no wait_for_client: training runs on, and pydevd's tracer stays off until a client adds
+a breakpoint, see trace_when_needed), registers the port with Ray (the dashboard's
+/api/v0/workers?detail=1 shows it as debugger_port) and in Ray's internal KV with role,
+rank, pid and node (rldbg.debug.registry), so `rldbg attach --role`, `rldbg vscode
+--attach-role` and any editor find it. Other processes open nothing.
+
+In a listening worker:
+  * RLDBG_RANK / RLDBG_ROLE are builtins, so a DAP conditional breakpoint can be
+    `RLDBG_RANK == 1` in any file (or, portable: `__import__("rldbg").current().rank == 1`);
+  * every debugger stop is reported like an rldbg breakpoint (see _on_suspend): the
+    worker's num_paused_threads rises while it is stopped (`rldbg breakpoints`, the
+    dashboard and the TUI list it), and an rldbg.instant("breakpoint", ...) goes into
+    the trace.
+
+Security: debugpy has no authentication; anyone who reaches the port runs code in the
+worker. The listener binds 127.0.0.1 unless RLDBG_DEBUG_ALLOW_REMOTE=1 (listener.py).
+"""
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+import sysconfig
+import time
+
+from rldbg.debug.registry import key_for, parse_ranks, put
+
+ROLES_ENV = "RLDBG_LISTEN_ROLES"
+RANKS_ENV = "RLDBG_LISTEN_RANKS"
+
+_state: dict = {"entry": None}
+
+
+def parse_roles(text: str | None) -> list[str]:
+    """"actor, critic" -> ["actor", "critic"]; "" -> []."""
+    return [r.strip() for r in (text or "").replace(";", ",").split(",") if r.strip()]
+
+
+def check_env(environ=None) -> None:
+    """Raise ValueError (one line) for a bad RLDBG_LISTEN_RANKS; a driver may call it
+    before starting workers so the mistake shows up front, not in worker logs."""
+    env = os.environ if environ is None else environ
+    parse_ranks(env.get(RANKS_ENV), RANKS_ENV)
+
+
+def chosen(roles, rank: int, environ=None) -> bool:
+    """True when this process (holding `roles`) at `rank` should listen."""
+    env = os.environ if environ is None else environ
+    wanted = parse_roles(env.get(ROLES_ENV))
+    if not wanted:
+        return False
+    have = _split_roles(roles)
+    if "*" not in wanted and not set(wanted) & set(have):
+        return False
+    ranks = parse_ranks(env.get(RANKS_ENV), RANKS_ENV)
+    return ranks is None or rank in ranks
+
+
+def _split_roles(roles) -> list[str]:
+    if isinstance(roles, str):
+        return [r for r in roles.split("+") if r]
+    return [str(r) for r in roles]
+
+
+def _roles_from_actor_name(roles: list[str]) -> list[str]:
+    """A colocated host actor is named "<run>:<role+role>:rank<N>"; its roles beyond the
+    one the seam passes are read from there, so RLDBG_LISTEN_ROLES=reward also matches."""
+    try:
+        import ray
+        name = ray.get_runtime_context().get_actor_name() or ""
+    except Exception:  # noqa: BLE001 - outside an actor
+        return roles
+    parts = name.split(":")
+    if len(parts) >= 3 and parts[-1].startswith("rank"):
+        more = [r for r in parts[-2].split("+") if r]
+        if set(roles) <= set(more):
+            return more
+    return roles
+
+
+def maybe_listen(roles, rank: int, world: int) -> dict | None:
+    """Open a listener when this worker's role and rank are chosen; returns the
+    registry entry (or None). One env lookup when debug mode is off. Never raises:
+    a bad debug setting must not stop training (it prints one line instead)."""
+    if not os.environ.get(ROLES_ENV):
+        return None
+    if _state["entry"] is not None:
+        return _state["entry"]
+    try:
+        have = _roles_from_actor_name(_split_roles(roles))
+        if not chosen(have, rank):
+            return None
+        return _listen(have, rank, world)
+    except Exception as e:  # noqa: BLE001
+        print(f"rldbg: debug mode not started on rank {rank}: {e}", file=sys.stderr, flush=True)
+        return None
+
+
+def _listen(roles: list[str], rank: int, world: int) -> dict:
+    import ray
+
+    from rldbg.debug import listener
+
+    host, port = listener.ensure_listening()  # 127.0.0.1 unless allowed; sets Ray's debugger_port
+    from ray.util import debugpy as ray_debugpy
+    ray_debugpy._override_breakpoint_hooks()  # debugpy takes over breakpoint(); give it back to Ray
+    ctx = ray.get_runtime_context()
+    actor_id = ctx.get_actor_id()
+    entry = {
+        "role": "+".join(roles), "roles": roles, "rank": int(rank), "world": int(world),
+        "host": host, "port": int(port), "pid": os.getpid(),
+        "node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
+        "job_id": ctx.get_job_id(), "actor_id": actor_id, "actor_name": ctx.get_actor_name(),
+        "worker_id": ctx.get_worker_id(), "cwd": os.getcwd(),
+        "purelib": sysconfig.get_paths()["purelib"], "since": time.time(),
+    }
+    entry["key"] = key_for(entry["job_id"], actor_id or entry["worker_id"])
+    builtins.RLDBG_RANK, builtins.RLDBG_ROLE = int(rank), entry["role"]
+    install_pause_hook()
+    trace_when_needed()
+    put(entry)
+    _state["entry"] = entry
+    print(f"rldbg: {entry['role']} rank {rank} listens for a debugger on {host}:{port} "
+          f"(rldbg attach --role {roles[0]} --rank {rank}; rldbg vscode --attach-role {roles[0]})",
+          file=sys.stderr, flush=True)
+    return entry
+
+
+def entry() -> dict | None:
+    """This process's registry entry, when it listens."""
+    return _state["entry"]
+
+
+# --- full speed until a client sets breakpoints -----------------------------------------------
+# debugpy.listen switches pydevd's tracer on in this thread at once; with no breakpoint it
+# still runs on every Python call (measured: ~1.6x step time on the demo). Switch it off and
+# back on, in every thread, when a client first adds a breakpoint (pydevd then also
+# re-traces the frames already running, so a line in the current call is hit too).
+_tracing = {"deferred": False}
+
+
+def trace_when_needed() -> bool:
+    import pydevd
+    import pydevd_tracing
+
+    if getattr(pydevd, "PYDEVD_USE_SYS_MONITORING", False) or _tracing["deferred"]:
+        return False  # Python 3.12+: sys.monitoring costs nothing until breakpoints exist
+    original = pydevd.PyDB.on_breakpoints_changed
+
+    def on_breakpoints_changed(self, removed=False):
+        if not removed and _tracing["deferred"]:
+            _tracing["deferred"] = False
+            pydevd_tracing.set_trace_to_threads(self.trace_dispatch)
+        return original(self, removed)
+
+    pydevd.PyDB.on_breakpoints_changed = on_breakpoints_changed
+    _tracing["deferred"] = True
+    pydevd_tracing.SetTrace(None)  # this (the actor's task) thread; idle helper threads stay as they are
+    return True
+
+
+# --- reporting debugger stops --------------------------------------------------------------
+# A DAP breakpoint stops inside pydevd, not through rldbg.breakpoint(), so nothing in rldbg
+# would notice. pydevd parks every suspended thread in PyDB.do_wait_suspend(thread, frame,
+# ...) until it is resumed; wrapping that one method tells us where and for how long a
+# thread is stopped, with no tracing of our own. Ray's num_paused_threads is what the
+# dashboard, `rldbg breakpoints` and the Ray Distributed Debugger read as "paused".
+
+_BREAK_REASONS = {111: "breakpoint", 122: "exception", 137: "exception"}  # pydevd CMD_* ids
+
+
+def install_pause_hook() -> bool:
+    import pydevd
+
+    current = pydevd.PyDB.do_wait_suspend
+    if getattr(current, "_rldbg", False):
+        return False
+
+    def do_wait_suspend(self, thread, frame, event, arg, *args, **kwargs):
+        token = _on_suspend(thread, frame)
+        try:
+            return current(self, thread, frame, event, arg, *args, **kwargs)
+        finally:
+            _on_resume(token)
+
+    do_wait_suspend._rldbg = True
+    pydevd.PyDB.do_wait_suspend = do_wait_suspend
+    return True
+
+
+def _on_suspend(thread, frame):
+    from rldbg.debug import breakpoints as bp
+
+    reason = _BREAK_REASONS.get(getattr(thread, "stop_reason", None))
+    entry = None
+    if reason is not None and frame is not None:
+        entry = bp.record_external_stop(frame, f"dap {reason}", thread.ident)
+    pause = None
+    try:
+        from rldbg.debug.listener import ray_worker
+        worker = ray_worker()
+        if worker is not None:
+            pause = worker.worker_paused_by_debugger()
+            pause.__enter__()
+    except Exception:  # noqa: BLE001 - reporting must never break the debugger
+        pause = None
+    return entry, pause
+
+
+def _on_resume(token) -> None:
+    from rldbg.debug import breakpoints as bp
+
+    entry, pause = token
+    if pause is not None:
+        try:
+            pause.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001
+            pass
+    if entry is not None:
+        bp.clear_external_stop(entry)

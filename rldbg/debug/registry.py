@@ -1,0 +1,230 @@
+"""Where listening workers are found: Ray's internal KV, read from any process.
+
+A worker in debug mode (rldbg.debug.listen) writes one JSON entry under
+    namespace "rldbg", key "rldbg:listen:<job_id>:<actor_id or worker_id>"
+with its role(s), rank, world, debugpy host/port, pid, node, cwd and site-packages.
+Readers (`rldbg attach`, `rldbg vscode`, tests) talk to the GCS directly with
+ray._raylet.GcsClient: no ray.init, no job is created, it works from another
+terminal while the run goes on. Entries of actors that died (a killed actor
+cannot clean up) are skipped and deleted on the next listing, judged by the GCS
+actor table, so a restarted run never shows stale ports.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+NAMESPACE = "rldbg"
+PREFIX = "rldbg:listen:"
+ADDRESS_HINT = "pass --ray-address HOST:PORT (the GCS address `ray start` printed) or set RAY_ADDRESS"
+
+
+class RegistryError(RuntimeError):
+    """The cluster cannot be found or read; one line for the user."""
+
+
+@dataclass
+class ListeningWorker:
+    role: str                # "actor" or, colocated, "actor+reward"
+    rank: int
+    world: int
+    host: str
+    port: int
+    pid: int
+    node_id: str = ""
+    node_ip: str = ""
+    job_id: str = ""
+    actor_id: str | None = None
+    actor_name: str | None = None
+    worker_id: str = ""
+    cwd: str | None = None
+    purelib: str | None = None
+    key: str = ""
+    roles: list = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.role} rank {self.rank}"
+
+    def has_role(self, role: str) -> bool:
+        return role in ("*", self.role) or role in (self.roles or self.role.split("+"))
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "address": self.address}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ListeningWorker":
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+    def to_remote(self, path: str, local_root: str | None = None) -> str:
+        """Translate a local source path to the worker's view: files under the local
+        root (default: this process's cwd) move under the worker's cwd, files in the
+        local site-packages under the worker's. On one machine this is the identity."""
+        path = os.path.abspath(path)
+        pairs = [(os.path.abspath(local_root or os.getcwd()), self.cwd)]
+        import sysconfig
+        pairs.append((sysconfig.get_paths()["purelib"], self.purelib))
+        # Longest local root first: site-packages may sit under the project (a venv).
+        for local, remote in sorted(pairs, key=lambda p: -len(p[0])):
+            if remote and (path == local or path.startswith(local.rstrip(os.sep) + os.sep)):
+                return os.path.join(remote, os.path.relpath(path, local)) if path != local else remote
+        return path
+
+
+# --- writing (worker side) -------------------------------------------------------------
+
+def key_for(job_id: str, ident: str) -> str:
+    return f"{PREFIX}{job_id}:{ident}"
+
+
+def put(entry: dict) -> None:
+    """Called inside a Ray worker, whose internal KV is already connected."""
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_put(entry["key"], json.dumps(entry), overwrite=True, namespace=NAMESPACE)
+
+
+# --- reading (any process) -------------------------------------------------------------
+
+def _webui_to_gcs() -> dict[str, str]:
+    """{dashboard host:port -> GCS address} from the local raylets' command lines.
+    On a machine shared by several clusters this picks the one a dashboard URL names."""
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else []):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if not args or not args[0].endswith(b"/raylet"):
+            continue
+        flags = dict(a.decode(errors="replace")[2:].split("=", 1) for a in args
+                     if a.startswith(b"--") and b"=" in a)
+        if flags.get("webui") and flags.get("gcs_address", flags.get("gcs-address")):
+            out[flags["webui"]] = flags.get("gcs_address", flags.get("gcs-address"))
+    return out
+
+
+def resolve_gcs_address(address: str | None = None, dashboard: str | None = None) -> str | None:
+    """GCS address to read from; None means "use this process's Ray connection".
+    Order: explicit address, RAY_ADDRESS (unless an http URL), this process's Ray,
+    the cluster whose dashboard is `dashboard` (local raylets), the only local cluster."""
+    address = address or os.environ.get("RAY_ADDRESS", "")
+    if address and address != "auto" and not address.startswith(("http://", "https://")):
+        return address
+    try:
+        import ray
+        if ray.is_initialized():
+            return None
+    except ImportError:
+        raise RegistryError("ray is not installed in this environment; install ray[default]") from None
+    if dashboard:
+        from urllib.parse import urlparse
+        netloc = urlparse(dashboard if "://" in dashboard else "http://" + dashboard).netloc
+        found = _webui_to_gcs().get(netloc)
+        if found:
+            return found
+    from ray._private.services import find_bootstrap_address, find_gcs_addresses
+    addrs = sorted(find_gcs_addresses())
+    if len(addrs) == 1:
+        return addrs[0]
+    latest = find_bootstrap_address(None)
+    if latest and latest in addrs:
+        return latest
+    if not addrs:
+        raise RegistryError(f"no running Ray cluster found on this machine; {ADDRESS_HINT}")
+    raise RegistryError(f"{len(addrs)} Ray clusters run here ({', '.join(addrs)}); {ADDRESS_HINT} "
+                        "or --address DASHBOARD_URL")
+
+
+class _Reader:
+    """Internal KV + actor table, through this process's Ray or a bare GcsClient."""
+
+    def __init__(self, gcs_address: str | None):
+        from ray._raylet import GcsClient
+        if gcs_address is None:
+            import ray
+            gcs_address = ray.get_runtime_context().gcs_address
+        try:
+            self.client = GcsClient(address=gcs_address)
+        except Exception as e:  # noqa: BLE001 - any failure is "cannot reach"
+            raise RegistryError(f"cannot reach the Ray GCS at {gcs_address} ({e}); {ADDRESS_HINT}") from None
+        self.address = gcs_address
+
+    def entries(self) -> dict[str, dict]:
+        try:
+            keys = self.client.internal_kv_keys(PREFIX.encode(), namespace=NAMESPACE.encode(), timeout=10)
+            if not keys:
+                return {}
+            values = self.client.internal_kv_multi_get(keys, namespace=NAMESPACE.encode(), timeout=10)
+        except Exception as e:  # noqa: BLE001
+            raise RegistryError(f"cannot read the rldbg registry from the Ray GCS at {self.address} ({e})") from None
+        out = {}
+        for k, v in values.items():
+            try:
+                out[k.decode()] = json.loads(v)
+            except ValueError:
+                continue
+        return out
+
+    def alive_actors(self) -> set[str]:
+        import asyncio
+
+        async def fetch():
+            return await self.client.async_get_all_actor_info(actor_state_name="ALIVE", timeout=10)
+        # The GCS client hands back asyncio futures bound to the running loop; a private
+        # loop keeps this callable from threads that already run one.
+        loop = asyncio.new_event_loop()
+        try:
+            return {a.hex() for a in loop.run_until_complete(fetch())}
+        finally:
+            loop.close()
+
+    def delete(self, key: str) -> None:
+        try:
+            self.client.internal_kv_del(key.encode(), False, namespace=NAMESPACE.encode(), timeout=5)
+        except Exception:  # noqa: BLE001 - cleanup is best effort
+            pass
+
+
+def listening_workers(address: str | None = None, role: str | None = None, ranks=None,
+                      dashboard: str | None = None) -> list[ListeningWorker]:
+    """Workers listening for a debugger right now, sorted by role and rank.
+    address: GCS host:port (default: see resolve_gcs_address); role: keep workers
+    holding this role ("*" or None: all); ranks: keep these ranks (None: all)."""
+    reader = _Reader(resolve_gcs_address(address, dashboard))
+    entries = reader.entries()
+    alive = reader.alive_actors() if entries else set()
+    out = []
+    for key, data in entries.items():
+        if data.get("actor_id") and data["actor_id"] not in alive:
+            reader.delete(key)  # the actor died or restarted: its port is gone
+            continue
+        w = ListeningWorker.from_dict({**data, "key": key})
+        if role and not w.has_role(role):
+            continue
+        if ranks is not None and w.rank not in ranks:
+            continue
+        out.append(w)
+    out.sort(key=lambda w: (w.role, w.rank, w.pid))
+    return out
+
+
+def parse_ranks(text: str | None, what: str = "ranks") -> frozenset | None:
+    """"1", "0,1", "0|1", "0-3" -> a set of ranks; None or "" -> None (every rank)."""
+    if text is None or not str(text).strip() or str(text).strip() == "*":
+        return None
+    out: set[int] = set()
+    for part in str(text).replace("|", ",").split(","):
+        part = part.strip()
+        lo, dash, hi = part.partition("-")
+        if not (lo.isdigit() and (not dash or hi.isdigit())) or (dash and int(hi) < int(lo)):
+            raise ValueError(f"bad {what} {text!r}: {part!r} is not a rank; accepted: 1, 0,1, 0|1, 0-3 or *")
+        out.update(range(int(lo), int(hi) + 1) if dash else {int(lo)})
+    return frozenset(out)
