@@ -123,6 +123,7 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
     with _lock:
         _hits.append(entry)
         _paused[entry["thread"]] = entry
+    _notify("notify_pause", entry)
     where = f"{entry['file']}:{entry['line']}"
     who = f"{entry['role']} rank {entry['rank']}" + (f" step {entry['step']}" if entry["step"] is not None else "")
     try:
@@ -133,6 +134,7 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
     finally:
         with _lock:
             _paused.pop(entry["thread"], None)
+        _notify("notify_resume", entry)
     if exc_info is not None:
         listener.stop_on_exception(exc_info)
     else:
