@@ -18,6 +18,24 @@ from rldbg.context import current
 from rldbg.trace import runtime as _rt
 
 _STATE = _rt.STATE
+_CTX = current()      # one object per process, mutated in place: bind it once
+_now = time.time_ns
+
+
+def _buffer():
+    """The recorder's buffer, or None when tracing is off here (looks up the collector once)."""
+    rec = _STATE.recorder
+    if rec is None and not _STATE.looked_up and _rt.lookup():
+        rec = _STATE.recorder
+    return rec
+
+
+def _append(rec, ev: tuple) -> None:
+    # Inlined Recorder.emit: the hot path is one length check and a deque append.
+    if len(rec.buf) < rec.capacity:
+        rec.buf.append(ev)
+    else:
+        rec.dropped += 1
 
 
 def _on() -> bool:
@@ -41,11 +59,12 @@ class _Span:
         return self
 
     def __exit__(self, et, ev, tb):
-        if self.t0 and _STATE.on:
-            ctx = current()
+        rec = _STATE.recorder
+        if self.t0 and rec is not None:
+            c = _CTX
             args = self.args if et is None else dict(self.args, error=et.__name__)
-            _rt.emit(("X", "user", self.name, self.t0, time.time_ns() - self.t0, ctx.role, ctx.rank,
-                      ctx.step, ctx.method, None, args))
+            _append(rec, ("X", "user", self.name, self.t0, _now() - self.t0, c.role, c.rank,
+                          c.step, c.method, None, args))
         return False
 
     def __call__(self, fn):
@@ -80,18 +99,20 @@ def span(name: str, **args) -> _Span:
 
 
 def instant(name: str, **args) -> None:
-    if _on():
-        ctx = current()
-        _rt.emit(("i", "user", name, time.time_ns(), 0, ctx.role, ctx.rank, ctx.step, ctx.method, None, args))
+    rec = _STATE.recorder or _buffer()
+    if rec is not None:
+        c = _CTX
+        _append(rec, ("i", "user", name, _now(), 0, c.role, c.rank, c.step, c.method, None, args))
 
 
 def counter(name: str, **values) -> None:
-    if _on():
-        bad = [k for k, v in values.items() if not isinstance(v, (int, float))]
-        if bad:
-            raise ValueError(f"counter {name!r}: values must be numbers, got {bad[0]}={values[bad[0]]!r}")
-        ctx = current()
-        _rt.emit(("C", "user", name, time.time_ns(), 0, ctx.role, ctx.rank, ctx.step, ctx.method, None, values))
+    rec = _STATE.recorder or _buffer()
+    if rec is not None:
+        for k, v in values.items():
+            if not isinstance(v, (int, float)):
+                raise ValueError(f"counter {name!r}: values must be numbers, got {k}={v!r}")
+        c = _CTX
+        _append(rec, ("C", "user", name, _now(), 0, c.role, c.rank, c.step, c.method, None, values))
 
 
 def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001
