@@ -30,6 +30,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--steps", type=int, default=5, help="steps per block")
+    ap.add_argument("--flush", type=float, default=None, help="flush interval, s (default: rldbg's)")
+    ap.add_argument("--memory-hz", type=float, default=10.0)
     a = ap.parse_args()
     cfg = load_config("demo", overrides=["trace.enabled=false", "control.enabled=false", "trainer.progress=false",
                                          f"trainer.run_dir={tempfile.mkdtemp()}"])
@@ -54,7 +56,8 @@ def main() -> None:
         off, on = [], []
         for r in range(a.rounds):
             off += block()
-            rldbg.trace.start(os.path.join(tempfile.mkdtemp(), "overhead.json.gz"), memory_hz=10)
+            extra = {} if a.flush is None else {"flush_interval": a.flush}
+            rldbg.trace.start(os.path.join(tempfile.mkdtemp(), "overhead.json.gz"), memory_hz=a.memory_hz, **extra)
             try:
                 on += block()
             finally:

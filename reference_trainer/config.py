@@ -122,6 +122,7 @@ class TraceConfig:
     enabled: bool = False
     path: str = ""  # .json or .json.gz; default <run_dir>/trace.json.gz when enabled
     memory_hz: float = 10.0
+    flush_s: float = 1.0  # how often each process ships its events to the collector
 
 
 @dataclass

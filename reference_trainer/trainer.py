@@ -162,7 +162,7 @@ def _start_tracing(cfg: Config) -> str | None:
     path = cfg.trace.path or str(Path(cfg.trainer.run_dir) / "trace.json.gz")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     profiled = cfg.profile.roles or cfg.profile.ranks or cfg.profile.steps
-    rldbg.trace.start(path, memory_hz=cfg.trace.memory_hz, profile_dir=profile_dir(cfg) if profiled else None)
+    rldbg.trace.start(path, memory_hz=cfg.trace.memory_hz, flush_interval=cfg.trace.flush_s, profile_dir=profile_dir(cfg) if profiled else None)
     return path
 
 
