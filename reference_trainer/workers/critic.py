@@ -41,7 +41,7 @@ class CriticWorker(Worker):
     def compute_values(self, batch: DataProto) -> DataProto:
         r_len = batch.tensors["responses"].shape[1]
         out = []
-        for micro in batch.split(_sizes(len(batch), self.config.critic.micro_batch_size)):
+        for micro in batch.split(ops.micro_sizes(len(batch), self.config.critic.micro_batch_size)):
             v = ops.response_values(self.model, micro.tensors["input_ids"].to(self.device),
                                     micro.tensors["attention_mask"].to(self.device), r_len)
             out.append((v * micro.tensors["response_mask"].to(v.device)).cpu())
@@ -92,6 +92,3 @@ class CriticWorker(Worker):
         instrument.ledger("critic_params", ops.tensor_bytes(self.model.parameters()))
         instrument.ledger("critic_optimizer", ops.tensor_bytes(ops.optimizer_tensors(self.optimizer)))
 
-
-def _sizes(n: int, micro: int) -> list[int]:
-    return [min(micro, n - i) for i in range(0, n, micro)] or [0]

@@ -153,7 +153,7 @@ class ActorRolloutRefWorker(Worker):
     def _logprobs(self, model, batch: DataProto, with_entropy: bool = False):
         r_len = batch.tensors["responses"].shape[1]
         logps, ents = [], []
-        for micro in batch.split(_sizes(len(batch), self.config.actor.micro_batch_size)):
+        for micro in batch.split(ops.micro_sizes(len(batch), self.config.actor.micro_batch_size)):
             ids = micro.tensors["input_ids"].to(self.device)
             mask = micro.tensors["attention_mask"].to(self.device)
             logp, ent = ops.response_logprobs(model, ids, mask, r_len, self.config.rollout.temperature, with_entropy)
@@ -269,9 +269,6 @@ class ActorRolloutRefWorker(Worker):
         for category, nbytes in self._ledger().items():
             instrument.ledger(category, nbytes)
 
-
-def _sizes(n: int, micro: int) -> list[int]:
-    return [min(micro, n - i) for i in range(0, n, micro)] or [0]
 
 
 def _rss_bytes() -> int:

@@ -116,6 +116,11 @@ def minibatch_update(batch: DataProto, model: torch.nn.Module, optimizer: torch.
     return metrics
 
 
+def micro_sizes(n: int, micro: int) -> list[int]:
+    """Row counts of consecutive micro-batches of at most `micro` rows covering n rows."""
+    return [min(micro, n - i) for i in range(0, n, micro)] or [0]
+
+
 def _split(batch: DataProto, parts: int) -> list[DataProto]:
     n = len(batch)
     parts = min(parts, n) if n else 1
