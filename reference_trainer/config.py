@@ -294,7 +294,8 @@ def validate(cfg: Config) -> None:
                           "(or set algorithm.adv_estimator=gae)")
     batch = cfg.data.prompts_per_step * cfg.data.group_size
     n = cfg.resources.n_ranks
-    for role in ("actor", "critic"):
+    roles = ("actor", "critic") if cfg.algorithm.adv_estimator == "gae" else ("actor",)  # GRPO has no critic
+    for role in roles:
         sec = getattr(cfg, role)
         if batch % sec.mini_batch_size:
             raise ConfigError(
