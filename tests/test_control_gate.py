@@ -1,5 +1,5 @@
 """The step gate around real worker-group calls: a small driver loop (a GRPO step of the
-reference trainer) calls gate.before_dispatch / after_collect around each call, as the seam will.
+reference trainer) whose worker-group calls pass the gate through the dispatch layer's seam.
 Arm pauses it, step runs exactly one call, run_to_method / run_to_step skip ahead, continue
 finishes; a TUI that stops heartbeating or a dead hub never wedges the run."""
 from __future__ import annotations
@@ -12,7 +12,6 @@ import ray
 
 import rldbg.control
 from rldbg import instrument
-from rldbg.context import current
 from rldbg.control import gate
 from rldbg.control.client import HubClient
 
@@ -21,7 +20,6 @@ from reference_trainer.config import load_config
 from reference_trainer.data import PromptSource
 from reference_trainer.roles import build_role_groups
 from reference_trainer.single_controller import shutdown_groups
-from reference_trainer.single_controller.dispatch import result_summary, shard_summary
 from reference_trainer.tasks import build_tokenizer, get_task
 
 WAIT_S = 90   # liveness bound for polls and joins, not a timing assertion
@@ -44,14 +42,9 @@ def trainer(ray_cluster, tmp_path_factory):
 
 
 def _gated(group, method, *args):
-    """One worker-group call between the gate's two pause points, as the seam will wire it."""
-    reg = group.methods[method]
-    call = instrument.call_begin(group.role, method, reg.mode.name, group.world_size, current().step)
-    per_rank, _ = reg.mode.dispatch(group.world_size, args, {})
-    gate.before_dispatch(call, [shard_summary(*item) if item else None for item in per_rank])
-    out = getattr(group, method)(*args)
-    gate.after_collect(call, result_summary(out))
-    return out
+    """One worker-group call: the dispatch layer's seam (instrument.call_ready /
+    call_collected) passes it through the gate's two pause points."""
+    return getattr(group, method)(*args)
 
 
 def _grpo_step(step, batch, cfg, actor, reward):
