@@ -1,0 +1,67 @@
+"""`rldbg top [--address URL] [--job JOB] [--token T] [--once] [--refresh S]`: the live TUI.
+
+It finds the run's control hub through the Ray dashboard (start it before or after the run;
+with no hub yet it says "waiting for a run" and keeps looking). The hub's token comes from
+~/.rldbg/hub-<job>.json on the driver's machine, or --token / RLDBG_TOKEN.
+--once prints the roles table and the gate state once, without a terminal UI (for scripts, CI logs).
+"""
+from __future__ import annotations
+
+import sys
+
+HELP = "live TUI attached to the Ray dashboard"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--address", help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS, an http "
+                                          "$RAY_ADDRESS, or http://127.0.0.1:8265)")
+    parser.add_argument("--job", help="the run's Ray job id (default: the newest run with a hub)")
+    parser.add_argument("--token", help="the hub's token (default: $RLDBG_TOKEN or ~/.rldbg/hub-<job>.json)")
+    parser.add_argument("--once", action="store_true", help="print one snapshot (roles + gate) and exit")
+    parser.add_argument("--refresh", type=float, default=1.0, help="seconds between polls (default 1)")
+
+
+def run(args) -> int:
+    from rldbg.dashboard import DashboardError
+    from rldbg.tui.data import LiveSource
+
+    if not 0.05 <= args.refresh <= 60:
+        print(f"rldbg top: --refresh {args.refresh} must be between 0.05 and 60 seconds", file=sys.stderr)
+        return 2
+    try:
+        source = LiveSource(args.address, args.job, args.token)
+        source.dash.get("/api/v0/actors", [("limit", "1")])   # fail fast, in one line, on a wrong address
+    except DashboardError as e:
+        print(f"rldbg top: {e}", file=sys.stderr)
+        return 2
+    if args.once:
+        return once(source)
+    from rldbg.tui.app import TopApp
+
+    TopApp(source, refresh=args.refresh).run()
+    return 0
+
+
+def once(source) -> int:
+    from rldbg.tui.model import sort_filter
+    from rldbg.tui.view import Model
+    from rldbg.tui.widgets.roles import COLUMNS
+    from rldbg.tui.widgets.stepper import gate_line
+
+    view = Model(source.address).update(source.poll())
+    print(f"rldbg top: {view.message or view.status}" if view.status != "connected" else
+          f"rldbg top: job {view.job_id}  hub {view.hub_url}  step {view.state.get('step')}  "
+          f"calls done {view.state.get('calls_done')}")
+    rows = [r.cells() for r in sort_filter(view.rows, "role", "")]
+    widths = [max([len(c)] + [len(str(r[i])) for r in rows]) for i, c in enumerate(COLUMNS)]
+    print("  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)))
+    for r in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+    if not rows:
+        print("(no role x rank actors in the dashboard)")
+    if view.status == "connected":
+        print(gate_line(view.gate).plain)
+        pending = view.gate.get("pending")
+        if pending:
+            print(f"pending: {pending.get('phase')} {pending.get('group')}.{pending.get('method')} step {pending.get('step')}")
+    return 0 if view.status != "disconnected" else 1

@@ -1,0 +1,171 @@
+"""Where `rldbg top` gets its data: a DataSource answers poll() with a Snapshot and carries the
+user's actions (gate, breakpoints, export, stacks) to the run.
+
+LiveSource talks to the Ray dashboard (actors, GPU memory, paused workers) and the run's hub
+(state, events). It is only ever called from worker threads: every call may block on HTTP.
+Other sources (the benchmark's and the snapshot tests' synthetic ones) implement the same methods.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from rldbg.control.client import HubClient, HubError
+from rldbg.dashboard import Dashboard, DashboardError
+
+EVENT_PAGE = 50_000          # the hub's per-request maximum
+PAGES_PER_POLL = 4           # a poll reads at most this many pages; the rest comes next poll
+INITIAL_WINDOW = 200_000     # joining a long run: start this many events back, not at event 0
+SLOW_EVERY_S = 3.0           # GPU memory (cached 2 s by the dashboard) and paused workers
+
+
+@dataclass
+class Snapshot:
+    status: str = "waiting"              # connected | waiting | disconnected
+    message: str = ""
+    job_id: str | None = None
+    hub_url: str | None = None
+    actors: list = field(default_factory=list)
+    gpu_by_pid: dict = field(default_factory=dict)
+    state: dict | None = None
+    events: list = field(default_factory=list)
+    paused: list = field(default_factory=list)
+    behind: int = 0                      # events still to read (shown while catching up)
+
+
+class DataSource:
+    """Interface; every method may block and raise HubError / DashboardError (shown, not fatal)."""
+    address = ""
+
+    def poll(self) -> Snapshot: raise NotImplementedError
+    def heartbeat(self) -> None: pass
+    def gate(self, action: str, **kw) -> dict: raise NotImplementedError
+    def add_breakpoint(self, spec: str) -> list: raise NotImplementedError
+    def remove_breakpoint(self, spec: str) -> list: raise NotImplementedError
+    def export(self) -> dict: raise NotImplementedError
+    def stacks(self, role: str | None, rank: int | None) -> str: raise NotImplementedError
+
+
+class LiveSource(DataSource):
+    def __init__(self, address: str | None = None, job: str | None = None, token: str | None = None,
+                 timeout: float = 5.0):
+        self.dash = Dashboard(address, timeout=timeout)    # raises DashboardError on a malformed address
+        self.address = self.dash.address
+        self.job, self.token = job, token or os.environ.get("RLDBG_TOKEN") or None
+        self.hub: HubClient | None = None
+        self.job_id: str | None = None
+        self.cursor: int | None = None
+        self._slow_at = 0.0
+        self._gpu: dict = {}
+        self._paused: list = []
+
+    # ---- polling ---------------------------------------------------------------------------
+    def poll(self) -> Snapshot:
+        try:
+            if self.hub is None:
+                found = self._find_hub()
+                if isinstance(found, Snapshot):
+                    return found
+            actors = self._actors()
+            self._slow()
+        except DashboardError as e:
+            return Snapshot("disconnected", f"disconnected, retrying: {e}")
+        snap = Snapshot("connected", "", self.job_id, self.hub.url, actors, self._gpu, paused=self._paused)
+        try:
+            snap.state = self.hub.state()
+            self._read_events(snap)
+        except HubError as e:
+            self.hub = None       # rediscover: the run may have ended or a new one started
+            if e.status == 401:
+                return Snapshot("disconnected", str(e), self.job_id, actors=actors)
+            return Snapshot("waiting", f"hub gone ({e}); waiting for a run", self.job_id, actors=actors)
+        return snap
+
+    def _find_hub(self):
+        from rldbg.control.discovery import discover
+        hubs = [h for h in discover(self.address) if self.job is None or h["job_id"] == self.job]
+        if not hubs:
+            want = f" for job {self.job}" if self.job else ""
+            return Snapshot("waiting", f"waiting for a run{want}: no rldbg hub in the dashboard at {self.address} yet")
+        h = hubs[-1]
+        token = self.token or h.get("token")
+        if not token:
+            return Snapshot("disconnected", f"found the hub of job {h['job_id']} at {h['url']} but no token: pass "
+                                            "--token or RLDBG_TOKEN (from ~/.rldbg/hub-<job>.json on the driver's machine)")
+        if h["job_id"] != self.job_id:
+            self.cursor = None   # another run: its event stream starts over
+        self.hub, self.job_id = HubClient(h["url"], token, timeout=5.0), h["job_id"]
+        return None
+
+    def _actors(self) -> list:
+        rows = self.dash.actors(detail=True)
+        return [a for a in rows if a.get("job_id") == self.job_id] if self.job_id else rows
+
+    def _slow(self) -> None:
+        """GPU memory per pid and paused workers: a few seconds stale is fine, and each costs calls."""
+        if time.monotonic() - self._slow_at < SLOW_EVERY_S:
+            return
+        self._slow_at = time.monotonic()
+        gpu = {}
+        try:
+            for node in self.dash.nodes_summary():
+                for g in node.get("gpus") or []:
+                    procs = g.get("processesPids") or {}
+                    items = procs.items() if isinstance(procs, dict) else ((p.get("pid"), p) for p in procs)
+                    for pid, p in items:
+                        mb = (p or {}).get("gpuMemoryUsage")
+                        if mb is not None:
+                            gpu[int(pid)] = gpu.get(int(pid), 0) + int(mb) * 2**20
+        except (DashboardError, TypeError, ValueError):
+            pass
+        self._gpu = gpu
+        try:
+            from rldbg.debug.workers import list_paused
+            self._paused = [p.to_dict() for p in list_paused(self.dash)] if self.dash.paused_workers() else []
+        except DashboardError:
+            self._paused = []
+
+    def _read_events(self, snap: Snapshot) -> None:
+        total = (((snap.state or {}).get("stats") or {}).get("trace") or {}).get("events") or 0
+        first = self.cursor is None or self.cursor > total
+        if first:
+            self.cursor = max(0, total - INITIAL_WINDOW)
+        for _ in range(1 if first else PAGES_PER_POLL):   # a small first read: the first frame comes fast
+            got = self.hub.events(self.cursor, EVENT_PAGE)
+            evs = got.get("events") or []
+            snap.events.extend(evs)
+            self.cursor = int(got.get("cursor", self.cursor))
+            if len(evs) < EVENT_PAGE:
+                break
+        snap.behind = max(0, total - self.cursor)
+
+    # ---- actions ---------------------------------------------------------------------------
+    def _hub(self) -> HubClient:
+        if self.hub is None:
+            raise HubError("no run connected yet")
+        return self.hub
+
+    def heartbeat(self) -> None:
+        if self.hub is not None:
+            self.hub.heartbeat()
+
+    def gate(self, action: str, **kw) -> dict:
+        return self._hub().gate(action, **kw)
+
+    def add_breakpoint(self, spec: str) -> list:
+        return self._hub().add_breakpoint(spec)
+
+    def remove_breakpoint(self, spec: str) -> list:
+        return self._hub().remove_breakpoint(spec)
+
+    def export(self) -> dict:
+        return self._hub().export()
+
+    def stacks(self, role: str | None, rank: int | None) -> str:
+        from rldbg.profilers import stacks, targets
+        found = targets.find(self.dash, role, rank)
+        if not found:
+            return f"no alive worker matches {targets.describe_filter(role, rank, None)}"
+        groups, failed = stacks.group(stacks.fetch(found, self.dash))
+        return stacks.format_text(groups, failed) or "no stacks"

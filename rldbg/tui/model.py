@@ -1,0 +1,239 @@
+"""What `rldbg top` shows, built from raw polls in the poll thread; widgets only render it.
+
+EventStore folds the hub's event stream incrementally (each poll brings only new events) into
+bounded per-rank state: the latest call, memory and ledger samples, recent slices for the
+timeline, transition markers, instants and leak flags. build_view() joins it with the dashboard's
+actors into immutable-enough lists the UI thread renders without locking.
+"""
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+from rldbg.debug.workers import parse_repr
+from rldbg.trace.events import OFFLOADS, RELOADS
+from rldbg.trace.report import LEAK_BYTES, LEDGER_RESIDUE_BYTES
+
+LANE_SLICES = 600        # timeline slices kept per lane; the view shows the last N steps of them
+MEM_POINTS = 600         # memory samples kept per rank
+MARKS = 200              # transition markers kept per rank
+NOTES = 300              # instants / errors kept
+
+
+def marker_of(name: str) -> str:
+    """One letter per transition kind for the memory view: Offload, Reload, Weight sync, Kv release."""
+    if name == "release_kv_cache":
+        return "K"
+    if "sync" in name or name == "rollout_wake":
+        return "W"
+    if name in OFFLOADS or name.startswith("offload") or name.endswith("sleep"):
+        return "O"
+    if name in RELOADS or name.startswith("reload"):
+        return "R"
+    return "·"
+
+
+def mem_value(args: dict) -> int | None:
+    for k in ("device_used", "cuda_allocated", "rss"):
+        if isinstance(args.get(k), (int, float)):
+            return int(args[k])
+    return None
+
+
+@dataclass
+class Lane:
+    """Per (role, rank) state folded from events."""
+    call_begin: tuple | None = None      # (ts, method, step) of the newest memory sample taken in a call
+    last_end: int = 0                    # end of the newest call slice
+    method: str | None = None
+    step: int | None = None
+    rss: int | None = None
+    mem_ts: int = 0
+    mem: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MEM_POINTS))
+    marks: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MARKS))
+    ledger: dict = field(default_factory=dict)
+    offload_levels: dict = field(default_factory=dict)   # offload name -> [mem_after, ...]
+
+    @property
+    def in_call(self) -> bool:
+        return self.call_begin is not None and self.call_begin[0] > self.last_end
+
+
+class EventStore:
+    def __init__(self):
+        self.lanes: dict = collections.defaultdict(Lane)
+        self.slices: dict = {}            # (role, rank) -> deque of (ts, dur, name, cat, step, status)
+        self.steps: dict = {}             # step -> [start_ns, end_ns | None]
+        self.notes: collections.deque = collections.deque(maxlen=NOTES)
+        self.flags: dict = {}             # key -> one-line flag (dict keeps the newest per key)
+        self.last_ts = 0
+        self.count = 0
+
+    def add(self, events: list[dict]) -> None:
+        for e in events:
+            try:
+                self._one(e)
+            except (TypeError, ValueError, KeyError, AttributeError):
+                continue   # a malformed event never takes the view down
+        self.count += len(events)
+
+    def _one(self, e: dict) -> None:
+        ph, cat, ts = e.get("ph"), e.get("cat"), int(e.get("ts_ns") or 0)
+        dur = int(e.get("dur_ns") or 0)
+        self.last_ts = max(self.last_ts, ts + dur)
+        role, rank, args = e.get("role"), e.get("rank"), e.get("args") or {}
+        if ph == "C":
+            lane = self.lanes[(role, rank)]
+            if cat == "memory":
+                v = mem_value(args)
+                if v is not None:
+                    lane.mem.append((ts, v))
+                    if ts >= lane.mem_ts:
+                        lane.mem_ts, lane.rss = ts, int(args.get("rss", v))
+                if e.get("method") and ts > lane.last_end:
+                    lane.call_begin = (ts, e.get("method"), e.get("step"))
+                    lane.method, lane.step = e.get("method"), e.get("step")
+            elif cat == "ledger":
+                lane.ledger.update({k: int(v) for k, v in args.items()})
+        elif ph == "X" and cat in ("call", "transition"):
+            self._slice((role, rank), (ts, dur, e.get("name"), cat, e.get("step"), args.get("status")))
+            lane = self.lanes[(role, rank)]
+            if cat == "call":
+                lane.last_end = max(lane.last_end, ts + dur)
+                lane.method, lane.step = e.get("name"), e.get("step")
+                if str(args.get("status", "")).startswith("error"):
+                    self.note(ts, "error", f"{role} rank {rank} {e.get('name')} failed ({args['status']})")
+            else:
+                lane.marks.append((ts + dur, marker_of(e.get("name") or ""), e.get("name")))
+                self._check_leak(role, rank, lane, e.get("name") or "", args, e.get("step"))
+        elif ph == "X" and cat == "step":
+            self.steps.setdefault(e.get("step"), [ts, None])[1] = ts + dur
+        elif ph == "i":
+            if cat == "step":
+                self.steps.setdefault(e.get("step"), [ts, None])
+            else:
+                who = f"{role} rank {rank}" if role not in (None, "driver") else (role or "driver")
+                detail = " ".join(f"{k}={v}" for k, v in args.items() if k in ("file", "line", "reason", "method"))
+                self.note(ts, e.get("name") or "instant", f"{who} {detail}".strip())
+        elif ph == "D":
+            self._slice(("driver", 0), (ts, dur, e.get("name"), "driver", e.get("step"), args.get("status")))
+            if args.get("status") == "error":
+                self.note(ts, "error", f"driver call {e.get('name')} failed: {args.get('error', '?')}")
+
+    def _slice(self, lane: tuple, s: tuple) -> None:
+        q = self.slices.get(lane)
+        if q is None:
+            q = self.slices[lane] = collections.deque(maxlen=LANE_SLICES)
+        q.append(s)
+
+    def note(self, ts: int, kind: str, text: str) -> None:
+        self.notes.append((ts, kind, text))
+
+    def _check_leak(self, role, rank, lane: Lane, name: str, args: dict, step) -> None:
+        """Two simple rules (report.leaks' in spirit, live): an offload left bytes in a ledger
+        category it should have emptied; memory after the same offload keeps growing."""
+        for cat in OFFLOADS.get(name, ()):
+            left = lane.ledger.get(cat)
+            key = (role, rank, name, cat)
+            if left is not None and left > LEDGER_RESIDUE_BYTES:
+                self.flags[key] = f"{role} rank {rank}: ledger '{cat}' still {fmt_bytes(left)} after {name} (step {step})"
+            else:
+                self.flags.pop(key, None)
+        after = args.get("mem_after")
+        if after is None or not (name in OFFLOADS or name.startswith("offload") or name.endswith("sleep")):
+            return
+        levels = lane.offload_levels.setdefault(name, [])
+        levels.append(int(after))
+        del levels[:-8]
+        grew = levels[-1] - levels[0]
+        if len(levels) >= 3 and grew > LEAK_BYTES and all(b >= a for a, b in zip(levels, levels[1:])):
+            self.flags[(role, rank, name, "growth")] = (f"{role} rank {rank}: memory after {name} grew "
+                                                        f"{fmt_bytes(grew)} over {len(levels)} cycles")
+
+
+def fmt_bytes(n) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+@dataclass
+class RoleRow:
+    key: str
+    actor: str
+    role: str
+    rank: int | None
+    state: str
+    method: str
+    step: str
+    pid: int | None
+    node: str
+    cpu: int | None
+    gpu: int | None
+
+    def cells(self) -> tuple:
+        return (self.actor, self.role, "-" if self.rank is None else str(self.rank), self.state, self.method,
+                self.step, str(self.pid or "-"), self.node, fmt_bytes(self.cpu), fmt_bytes(self.gpu))
+
+
+def role_rows(actors: list[dict], store: EventStore, state: dict | None, gpu_by_pid: dict,
+              paused_pids: set) -> list[RoleRow]:
+    """One row per role x rank of every actor whose repr names roles and rank."""
+    gate = (state or {}).get("gate") or {}
+    pending = gate.get("pending") or {}
+    waiting_group = pending.get("group") if gate.get("waiting") else None
+    in_flight = pending.get("group") if (pending.get("phase") == "before_dispatch" and not gate.get("waiting")) else None
+    rows = []
+    for a in actors:
+        parsed = parse_repr(a.get("repr_name"))
+        if not parsed:
+            continue
+        roles, rank, _world = parsed
+        names = roles.split("+")
+        pid = a.get("pid") or None
+        dead = a.get("state") == "DEAD"
+        lanes = [store.lanes[(r, rank)] for r in names if (r, rank) in store.lanes]
+        newest_rss = max(lanes, key=lambda ln: ln.mem_ts).rss if lanes else None
+        for role in names:
+            lane = store.lanes.get((role, rank))
+            method, step = (lane.method, lane.step) if lane else (None, None)
+            if dead:
+                st = "dead"
+            elif pid in paused_pids:
+                st = "paused at breakpoint"
+            elif a.get("state") not in (None, "ALIVE"):
+                st = str(a.get("state")).lower()
+            elif waiting_group == role:
+                st, method, step = "waiting (gate)", pending.get("method"), pending.get("step")
+            elif lane is not None and lane.in_call:
+                st = "running"
+            elif lane is None and in_flight == role:
+                st, method, step = "running", pending.get("method"), pending.get("step")
+            else:
+                st = "idle"
+            rows.append(RoleRow(f"{a.get('actor_id', '')}:{role}", roles + f"[{rank}]", role, rank, st,
+                                method or "-", "-" if step is None else str(step), pid,
+                                (a.get("node_id") or (a.get("address") or {}).get("node_id") or "-")[:8],
+                                None if dead else newest_rss, None if dead else gpu_by_pid.get(pid)))
+    return rows
+
+
+STATE_ORDER = {"paused at breakpoint": 0, "waiting (gate)": 1, "running": 2, "idle": 3, "dead": 9}
+SORTS = {
+    "role": lambda r: (r.role, r.rank if r.rank is not None else -1, r.state == "dead"),
+    "state": lambda r: (STATE_ORDER.get(r.state, 5), r.role, r.rank or 0),
+    "cpu": lambda r: (-(r.cpu or 0), r.role, r.rank or 0),
+    "gpu": lambda r: (-(r.gpu or 0), r.role, r.rank or 0),
+    "method": lambda r: (r.method, r.role, r.rank or 0),
+}
+
+
+def sort_filter(rows: list[RoleRow], sort: str, text: str) -> list[RoleRow]:
+    if text:
+        t = text.lower()
+        rows = [r for r in rows if any(t in str(c).lower() for c in r.cells())]
+    return sorted(rows, key=SORTS.get(sort, SORTS["role"]))

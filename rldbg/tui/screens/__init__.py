@@ -1,0 +1,1 @@
+"""Modal screens of `rldbg top`: help and one-line prompts."""

@@ -1,0 +1,1 @@
+"""Views of `rldbg top`; each owns its bindings and renders a View it is handed."""

@@ -1,0 +1,128 @@
+"""Timeline: a text Gantt of the last N steps, one lane per role x rank (calls on top, the
+hybrid-engine transitions under them) and the driver's calls. ←/→ pan, +/- zoom, f follows."""
+from __future__ import annotations
+
+import bisect
+import zlib
+
+from rich.text import Text
+from textual.binding import Binding
+
+from rldbg.tui.widgets.lanes import LaneScroller
+
+PALETTE = ["cyan", "green", "magenta", "yellow", "blue", "bright_red", "bright_green", "bright_cyan",
+           "bright_magenta", "orange3", "purple", "turquoise2"]
+LABEL = 22
+
+
+def colour(name: str) -> str:
+    # By method, so the driver's "actor.update_actor" and the ranks' "update_actor" match.
+    base = (name or "?").rsplit(".", 1)[-1]
+    return PALETTE[zlib.crc32(base.encode()) % len(PALETTE)]
+
+
+def window(view, steps: int, pan: float):
+    """(start_ns, end_ns) covering the last `steps` steps, shifted back by `pan` windows."""
+    end = view.last_ts
+    known = sorted(s for s in view.steps if isinstance(s, int))
+    if known:
+        start = view.steps[known[max(0, len(known) - steps)]][0]
+    else:
+        starts = [ss[-min(len(ss), 50)][0] for ss in view.slices.values() if ss]
+        if not starts:
+            return None
+        start = min(starts)
+    shift = int(max(end - start, 1) * pan)
+    return start - shift, end - shift
+
+
+def lane_cells(slices: list, t0: int, t1: int, cols: int):
+    """Calls and transitions of one lane painted into two rows of `cols` cells."""
+    rows = ([None] * cols, [None] * cols)
+    per = (t1 - t0) / cols
+    # Slices arrive in end order; anything ending before the window is skipped by bisect.
+    ends = [s[0] + s[1] for s in slices]
+    for ts, dur, name, cat, _step, status in slices[bisect.bisect_left(ends, t0):]:
+        if ts > t1:
+            continue
+        cells = rows[1 if cat == "transition" else 0]
+        mark = "!error" if status is not None and str(status).startswith("error") else name
+        for c in range(max(int((ts - t0) / per), 0), min(int((ts + dur - t0) / per) + 1, cols)):
+            cells[c] = mark
+    return rows
+
+
+def bar(cells: list, small: bool = False) -> Text:
+    out, prev, run = Text(), cells[0], 0
+    for name in cells + ["\0"]:
+        if name == prev:
+            run += 1
+            continue
+        if prev is None:
+            out.append(" " * run)
+        else:
+            label = prev.removeprefix("!").rsplit(".", 1)[-1]
+            fill = (label[:run] if run >= 4 and not small else "").ljust(run, "▄" if small else "█")
+            style = "bold white on red" if prev == "!error" else (colour(prev) if small else f"black on {colour(prev)}")
+            out.append(fill, style)
+        prev, run = name, 1
+    return out
+
+
+class TimelineView(LaneScroller):
+    BINDINGS = [Binding("left,h", "pan(0.25)", "Back"), Binding("right,l", "pan(-0.25)", "Forward"),
+                Binding("plus,equals_sign", "zoom(-1)", "Zoom in"), Binding("minus", "zoom(1)", "Zoom out"),
+                Binding("f", "follow", "Follow live")]
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.steps, self.pan, self._win = 3, 0.0, None
+
+    def empty(self) -> Text:
+        return Text("no call or transition events yet (is tracing on? trace.enabled=true or rldbg.trace.start)", "dim")
+
+    def lane_keys(self, view) -> list:
+        self._win = window(view, self.steps, self.pan)
+        return list(view.slices) if self._win else []
+
+    def header(self, view, width: int) -> list:
+        t0, t1 = self._win
+        cols = width - LABEL
+        line = [" "] * cols
+        for step, (start, _end) in view.steps.items():
+            if isinstance(step, int) and t0 <= start <= t1:
+                c = min(int((start - t0) / ((t1 - t0) / cols)), cols - 1)
+                for i, ch in enumerate(f"|step {step}"[: cols - c]):
+                    line[c + i] = ch
+        pan = f", panned back {self.pan:g} windows (f follows)" if self.pan else " (live)"
+        return [Text(" " * LABEL + "".join(line), "dim"),
+                Text(f"{'':<{LABEL}}last {self.steps} step(s), {(t1 - t0) / 1e9:.2f} s{pan}", "dim")]
+
+    def lines(self, view, key, width: int) -> list:
+        t0, t1 = self._win
+        calls, trans = lane_cells(view.slices[key], t0, t1, width - LABEL)
+        head = Text(f"{str(key[0])[:LABEL - 6]:<{LABEL - 6}} r{key[1]!s:<3} ", "bold")
+        out = [head + bar(calls)]
+        if any(trans):
+            out.append(Text(" " * LABEL) + bar(trans, small=True))
+        return out
+
+    def footer(self, view, width: int) -> list:
+        legend = Text()
+        for n in sorted({s[2].rsplit(".", 1)[-1] for ss in view.slices.values() for s in ss[-40:] if s[3] != "transition"}):
+            legend.append("■ ", colour(n))
+            legend.append(n + "  ")
+        legend.append("(▄ transitions)", "dim")
+        return [legend]
+
+    def action_pan(self, by: float) -> None:
+        self.pan = max(0.0, self.pan + by)
+        self.refresh()
+
+    def action_zoom(self, by: int) -> None:
+        self.steps = min(50, max(1, self.steps + by))
+        self.refresh()
+
+    def action_follow(self) -> None:
+        self.pan = 0.0
+        self.refresh()

@@ -1,0 +1,236 @@
+"""`rldbg top` against a live run: the session's Ray cluster, a real control hub and the reference
+trainer's worker groups (GRPO steps driven from a background thread, through the wired seam).
+The app polls the real dashboard and hub (LiveSource); keys go through Textual's Pilot, and one
+test drives the installed `rldbg top` binary in tmux."""
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from rich.console import Console
+
+import rldbg.control
+import rldbg.trace
+from rldbg.control import gate
+from rldbg.control.client import HubClient
+from rldbg.tui.app import TopApp
+from rldbg.tui.data import LiveSource
+
+from reference_trainer.config import load_config
+from reference_trainer.data import PromptSource
+from reference_trainer.roles import build_role_groups
+from reference_trainer.single_controller import shutdown_groups
+from reference_trainer.tasks import build_tokenizer, get_task
+from reference_trainer.trainer import train_step
+
+WAIT_S = 90          # liveness bound for waits, not a timing assertion
+
+
+@pytest.fixture(scope="module")
+def trainer(ray_cluster, tmp_path_factory):
+    cfg = load_config("demo", overrides=[f"trainer.run_dir={tmp_path_factory.mktemp('tui')}", "trace.enabled=false",
+                                         "sft.steps=0", "trainer.progress=false", "data.prompts_per_step=4",
+                                         "data.group_size=4", "actor.mini_batch_size=16", "critic.mini_batch_size=16"])
+    groups = build_role_groups(cfg)
+    try:
+        for g in groups.values():
+            g.init_model()
+        src = PromptSource(get_task(cfg.data.task), build_tokenizer(), cfg.data.prompts_per_step, cfg.data.group_size, 0)
+        yield cfg, groups, src
+    finally:
+        shutdown_groups(groups.values())
+
+
+class Loop(threading.Thread):
+    """The trainer's own train_step: the worker groups call the gate themselves."""
+
+    def __init__(self, trainer, steps):
+        super().__init__(daemon=True)
+        self.trainer, self.steps, self.error = trainer, steps, None
+
+    def run(self):
+        cfg, groups, src = self.trainer
+        try:
+            for s in range(self.steps):
+                train_step(s, src.batch(s), groups["actor"], groups.get("critic"), groups["reward"], cfg)
+        except BaseException as e:
+            self.error = e
+
+    def finish(self, timeout=WAIT_S):
+        self.join(timeout)
+        assert not self.is_alive(), "the driver loop is still blocked"
+        assert self.error is None, repr(self.error)
+
+
+@pytest.fixture
+def hub(ray_cluster):
+    info = rldbg.control.start(gate_timeout_s=3.0)
+    try:
+        yield info
+    finally:
+        rldbg.control.stop()
+
+
+def drive(dashboard, body, size=(150, 45)):
+    """Run the app on the live cluster and `await body(app, pilot)`."""
+    async def main():
+        app = TopApp(LiveSource(dashboard), refresh=0.2)
+        async with app.run_test(size=size) as pilot:
+            # Keys act on the run only once the app has found its hub through the dashboard.
+            await until(pilot, lambda: app.view.status == "connected", "the app to find the run's hub")
+            await body(app, pilot)
+    asyncio.run(main())
+
+
+async def until(pilot, pred, what):
+    deadline = time.monotonic() + WAIT_S
+    while not pred():
+        app = pilot.app
+        assert time.monotonic() < deadline, (f"timed out waiting for {what}: {app.view.status} {app.view.message} "
+                                             f"calls_done={app.view.state.get('calls_done')} gate={app.view.gate}")
+        await pilot.pause(0.1)
+
+
+def plain(app, selector) -> str:
+    """The text a view shows now (a Static's content, or a lane view's rendered lanes)."""
+    widget = app.query_one(selector)
+    if not hasattr(widget, "content"):
+        return widget.render().plain
+    console = Console(width=200, file=io.StringIO(), record=True)
+    console.print(widget.content)
+    return console.export_text()
+
+
+def live_rows(app, roles=("actor", "reward")):
+    return {(r.role, r.rank): r for r in app.view.rows if r.role in roles and r.state != "dead"}
+
+
+def test_roles_view_shows_every_role_and_rank_with_live_state(ray_cluster, trainer, hub):
+    loop = Loop(trainer, steps=1)
+
+    async def body(app, pilot):
+        await until(pilot, lambda: set(live_rows(app)) == {("actor", 0), ("actor", 1), ("reward", 0), ("reward", 1)},
+                    "a row per role x rank")
+        rows = live_rows(app)
+        assert all(r.pid and r.state == "idle" for r in rows.values()), rows
+        assert rows[("actor", 0)].pid == rows[("reward", 0)].pid   # colocated: one process, two roles
+        assert app.query_one("#roles-table").row_count >= 4
+        await pilot.press("4", "a")
+        await until(pilot, lambda: gate.active().armed, "the driver to see the armed gate")
+        loop.start()
+        await until(pilot, lambda: app.view.gate.get("waiting"), "the driver to park")
+        await pilot.press("1")
+        await until(pilot, lambda: live_rows(app)[("actor", 0)].state == "waiting (gate)", "actor rows waiting")
+        assert {r.method for k, r in live_rows(app).items() if k[0] == "actor"} == {"to_rollout_mode"}
+        assert live_rows(app)[("reward", 1)].state == "idle"
+        await pilot.press("4", "c")
+
+    drive(ray_cluster, body)
+    loop.finish()
+
+
+def test_stepper_arms_steps_one_call_continues_and_a_closed_tui_releases_the_run(ray_cluster, trainer, hub):
+    client = HubClient(hub["url"], hub["token"])
+    first, second = Loop(trainer, steps=1), Loop(trainer, steps=1)
+    seen = {}
+
+    async def body(app, pilot):
+        await pilot.press("4", "a")
+        await until(pilot, lambda: gate.active().armed, "the driver to see the armed gate")
+        first.start()
+        await until(pilot, lambda: app.view.gate.get("waiting"), "the driver to park")
+        parked = app.view.gate["pending"]
+        assert (parked["method"], parked["phase"]) == ("to_rollout_mode", "before_dispatch")
+        for _ in range(8):   # ~1 s: nothing moves while parked
+            await pilot.pause(0.12)
+            assert app.view.state["calls_done"] == 0 and app.view.gate["pending"] == parked
+        await pilot.press("s")   # one call runs, and parks again after its collect
+        await until(pilot, lambda: app.view.gate.get("waiting") and app.view.gate["pending"]["phase"] == "after_collect",
+                    "the call to finish")
+        assert app.view.state["calls_done"] == 1 and app.view.gate["pending"]["id"] == parked["id"]
+        await pilot.press("space")
+        await until(pilot, lambda: app.view.gate.get("waiting") and app.view.gate["pending"]["method"] == "generate_sequences",
+                    "the next call's dispatch")
+        assert app.view.state["calls_done"] == 1
+        await pilot.pause(0.3)
+        text = plain(app, "#stepper-body")
+        assert "actor.generate_sequences" in text and "input_ids" in text and "PARKED" in text, text
+        await pilot.press("c")
+        await until(pilot, lambda: not first.is_alive(), "the loop to finish after continue")
+        first.finish()
+        # the driver reports progress ~4x/s; the hub then shows every call the step made
+        await until(pilot, lambda: app.view.state["calls_done"] == gate.active().calls_done > 1, "every call reported")
+        # Arm again, park, then close the TUI: its heartbeats stop and the hub lets the run go.
+        await pilot.press("a")
+        await until(pilot, lambda: gate.active().armed, "the driver to see the armed gate")
+        second.start()
+        await until(pilot, lambda: app.view.gate.get("waiting"), "the driver to park again")
+        seen["closed_at"] = time.monotonic()
+
+    drive(ray_cluster, body)
+    second.finish(timeout=30)
+    released_after = time.monotonic() - seen["closed_at"]
+    state = client.state()
+    assert state["gate"]["armed"] is False and "no heartbeat for 3 s" in state["gate"]["disarm_reason"]
+    assert released_after < 30, released_after
+
+
+def test_memory_view_shows_the_offload_and_reload_of_a_step(ray_cluster, trainer, hub, tmp_path):
+    rldbg.trace.start(str(tmp_path / "trace.json"), memory_hz=0)
+    loop = Loop(trainer, steps=1)
+    try:
+        async def body(app, pilot):
+            await pilot.press("3")
+            loop.start()
+
+            def marks():
+                return {name for role, rank, _p, ms, _l in app.view.memory if role == "actor" for _t, _c, name in ms}
+            await until(pilot, lambda: {"offload_optimizer", "reload_optimizer", "sync_weights",
+                                        "release_kv_cache"} <= marks(), "the step's transitions")
+            await pilot.pause(0.5)
+            text = plain(app, "#memory-view")
+            assert "actor      r0" in text and "actor      r1" in text, text
+            lines = text.splitlines()
+            marker_lines = [ln for ln in lines if ln.strip() and set(ln.strip()) <= set("ORWK· ")]
+            assert any("O" in ln and "R" in ln for ln in marker_lines), text
+            assert "ledger" in text
+
+        drive(ray_cluster, body)
+        loop.finish()
+    finally:
+        rldbg.trace.stop(export=False)
+
+
+def test_the_rldbg_top_binary_runs_in_a_terminal_and_quits_on_q(ray_cluster, trainer, hub):
+    exe = shutil.which("rldbg")
+    cmd = f"{shlex.quote(exe)} top" if exe else f"{shlex.quote(sys.executable)} -m rldbg.cli top"
+    sock = f"rldbg-test-{os.getpid()}"
+    tmux = ["tmux", "-L", sock]
+    subprocess.run(tmux + ["new-session", "-d", "-s", "top", "-x", "150", "-y", "40",
+                           f"{cmd} --address {ray_cluster} --refresh 0.3"], check=True)
+    try:
+        deadline, screen = time.monotonic() + WAIT_S, ""
+        while not ("actor+reward[0]" in screen and "actor+reward[1]" in screen and "gate free" in screen):
+            assert time.monotonic() < deadline, screen
+            time.sleep(0.3)
+            screen = subprocess.run(tmux + ["capture-pane", "-p", "-t", "top"], capture_output=True, text=True).stdout
+        assert "rldbg top" in screen and f"job {hub['job_id']}" in screen and "Roles" in screen and "state" in screen
+        subprocess.run(tmux + ["send-keys", "-t", "top", "q"], check=True)
+        deadline = time.monotonic() + 30
+        while subprocess.run(tmux + ["has-session", "-t", "top"], capture_output=True).returncode == 0:
+            assert time.monotonic() < deadline, "rldbg top did not exit on q"
+            time.sleep(0.2)
+    finally:
+        subprocess.run(tmux + ["kill-server"], capture_output=True)
+    once = subprocess.run(shlex.split(cmd) + ["--once", "--address", ray_cluster], capture_output=True, text=True,
+                          timeout=WAIT_S)
+    assert once.returncode == 0, once.stderr
+    assert "actor+reward[1]" in once.stdout and "gate: off" in once.stdout, once.stdout
