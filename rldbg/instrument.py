@@ -164,18 +164,19 @@ def call_failed(call: Call, exc: BaseException) -> None:
 
 @contextlib.contextmanager
 def step(n: int):
+    """Marks a training step on the driver; calls made inside carry it, calls after it do not."""
     ctx = current()
-    ctx.step = n
+    prev, ctx.step = ctx.step, n
     _gate.set_step(n)
-    if not _rt.STATE.on:
-        yield
-        return
-    t0 = time.time_ns()
-    _rt.emit(("i", "step", "step start", t0, 0, "driver", 0, n, None, None, {"step": n}))
+    t0 = time.time_ns() if _rt.STATE.on else 0
+    if t0:
+        _rt.emit(("i", "step", "step start", t0, 0, "driver", 0, n, None, None, {"step": n}))
     try:
         yield
     finally:
-        _rt.emit(("X", "step", f"step {n}", t0, time.time_ns() - t0, "driver", 0, n, None, None, {"step": n}))
+        ctx.step = prev
+        if t0 and _rt.STATE.on:
+            _rt.emit(("X", "step", f"step {n}", t0, time.time_ns() - t0, "driver", 0, n, None, None, {"step": n}))
 
 
 # ---- worker -------------------------------------------------------------------------------

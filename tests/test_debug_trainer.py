@@ -72,23 +72,23 @@ def _paused_list(address):
 
 
 def test_spec_pauses_rank1_only_inspect_continue(ray_cluster, tmp_path):
-    cfg, groups = _groups(tmp_path, 'debug.breakpoints=["actor.compute_log_prob@rank=1,step=0"]')
+    cfg, groups = _groups(tmp_path, 'debug.breakpoints=["actor.compute_ref_log_prob@rank=1,step=0"]')
     try:
         thread, out = _step_in_thread(cfg, groups)
         dash = Dashboard(ray_cluster)
         paused = _until(lambda: list_paused(dash), "rank 1 paused")
         listed = _paused_list(ray_cluster)
-        assert [(w["rank"], w["method"]) for w in listed] == [(1, "actor__compute_log_prob")]
+        assert [(w["rank"], w["method"]) for w in listed] == [(1, "actor__compute_ref_log_prob")]
         assert "actor" in listed[0]["role"].split("+")
 
         client = DAPClient(paused[0].host, paused[0].port)
         client.attach()
         assert client.wait_stopped(60)["reason"] == "breakpoint"
         top = client.stack_trace()[0]
-        assert top["source"]["path"].endswith("single_controller/host.py") and top["name"] == "actor__compute_log_prob"
+        assert top["source"]["path"].endswith("single_controller/host.py") and top["name"] == "actor__compute_ref_log_prob"
         # 8 rows over 2 ranks: this shard holds 4
         assert client.evaluate("len(args[0])", top["id"])["result"] == "4"
-        assert client.evaluate("method", top["id"])["result"] == "'compute_log_prob'"
+        assert client.evaluate("method", top["id"])["result"] == "'compute_ref_log_prob'"
         client.continue_()
         client.disconnect()
 
