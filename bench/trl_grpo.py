@@ -63,7 +63,7 @@ def demo_dataset(task, n_steps: int, prompts_per_step: int, seed: int) -> Datase
 def run_trl_grpo(cfg, steps: int, threads: int) -> StepClock:
     """`cfg` is the reference_trainer Config of the run we compare with (the demo preset)."""
     torch.set_num_threads(threads)
-    task, tokenizer = get_task(cfg.data.task), build_tokenizer()
+    task, tokenizer = get_task(cfg.data.task, **cfg.data.task_args), build_tokenizer()
     model = build_causal_lm(cfg.model.preset, len(tokenizer), seed=cfg.trainer.seed)
 
     def digit_shift_reward(completions, ground_truth, **_):
