@@ -11,7 +11,7 @@ from rldbg import instrument
 
 from reference_trainer import checkpoint
 from reference_trainer.advantage import compute_advantages
-from reference_trainer.config import Config, to_dict
+from reference_trainer.config import Config
 from reference_trainer.data import PromptSource, sft_batch
 from reference_trainer.metrics_log import MetricsLog, PhaseTimer
 from reference_trainer.protocol import reduce_metrics
@@ -175,6 +175,3 @@ def _stop_tracing(path: str | None) -> None:
     if out:
         print(f"trace written to {out} (open it at ui.perfetto.dev, or `rldbg report {out}`)", flush=True)
 
-
-def describe(cfg: Config) -> dict:
-    return to_dict(cfg)
