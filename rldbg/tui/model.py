@@ -233,7 +233,10 @@ SORTS = {
 
 
 def sort_filter(rows: list[RoleRow], sort: str, text: str) -> list[RoleRow]:
+    """Live rows first under every sort: a long job leaves many dead actors (finished worker
+    groups) that must not push the running ones off screen."""
     if text:
         t = text.lower()
         rows = [r for r in rows if any(t in str(c).lower() for c in r.cells())]
-    return sorted(rows, key=SORTS.get(sort, SORTS["role"]))
+    key = SORTS.get(sort, SORTS["role"])
+    return sorted(rows, key=lambda r: (r.state == "dead", key(r)))
