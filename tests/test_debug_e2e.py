@@ -80,7 +80,9 @@ def cluster(ray_cluster):
 def shards(cluster):
     actors = [Shard.remote(r, 2) for r in range(2)]
     ray.get([a.__ray_ready__.remote() for a in actors])
-    return actors
+    yield actors
+    for a in actors:  # a test that fails mid-pause must not leave a paused worker for the next ones
+        ray.kill(a)
 
 
 def _until(fn, what, limit=60.0):

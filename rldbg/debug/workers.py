@@ -7,6 +7,8 @@ repr_name gives role and rank when the trainer names actors like
 """
 from __future__ import annotations
 
+import time
+
 import os
 import re
 import socket
@@ -72,11 +74,21 @@ def _is_local(ip: str) -> bool:
         return False
 
 
-def list_paused(dash: Dashboard) -> list[PausedWorker]:
+def _running_task(dash: Dashboard, worker_id: str, wait_s: float) -> dict:
+    """The task a paused worker is in. Task events reach the dashboard a moment after the
+    pause itself does, so look again briefly before giving up on naming the method."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        tasks = dash.running_tasks_of(worker_id)
+        if tasks or time.monotonic() >= deadline:
+            return tasks[0] if tasks else {}
+        time.sleep(0.25)
+
+
+def list_paused(dash: Dashboard, task_wait_s: float = 3.0) -> list[PausedWorker]:
     out = []
     for w in dash.paused_workers():
-        tasks = dash.running_tasks_of(w["worker_id"])
-        task = tasks[0] if tasks else {}
+        task = _running_task(dash, w["worker_id"], task_wait_s)
         name = task.get("name") or task.get("func_or_class_name")
         actor_id = task.get("actor_id")
         role, rank, world = None, None, None
