@@ -3,7 +3,6 @@ inspected and changed over DAP against the workers' real debugpy listeners."""
 import io
 import json
 import os
-import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -11,6 +10,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_DEBUG"] = "1"
 
 import pytest  # noqa: E402
+from polling import until  # noqa: E402
 import ray  # noqa: E402
 
 import rldbg  # noqa: E402
@@ -86,18 +86,7 @@ def shards(cluster):
 
 
 def _until(fn, what, limit=60.0):
-    """Bounded polling for asynchronous state (not a timing assertion)."""
-    deadline = time.monotonic() + limit
-    while True:
-        try:
-            value = fn()
-        except Exception:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
+    return until(fn, what, limit)
 
 
 def _cli(*argv) -> tuple[int, str]:

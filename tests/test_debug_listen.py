@@ -6,11 +6,11 @@ import json
 import os
 import sys
 import threading
-import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
+from polling import until
 import ray
 
 from rldbg.cli import main as cli_main
@@ -35,18 +35,7 @@ LINE = next(no for no, text in enumerate(Path(HYBRID).read_text().splitlines(), 
 
 
 def _until(fn, what, limit=90.0):
-    """Bounded polling for asynchronous state (not a timing assertion)."""
-    deadline = time.monotonic() + limit
-    while True:
-        try:
-            value = fn()
-        except Exception:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
+    return until(fn, what, limit)
 
 
 def _cli(*argv, stdin: str | None = None, buf: io.StringIO | None = None) -> tuple[int, str]:

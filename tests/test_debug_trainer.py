@@ -6,10 +6,10 @@ from __future__ import annotations
 import io
 import json
 import threading
-import time
 from contextlib import redirect_stdout
 
 import pytest
+from polling import until
 import torch
 
 from reference_trainer.config import load_config
@@ -26,16 +26,7 @@ from rldbg.debug.workers import list_paused
 
 
 def _until(fn, what, limit=120.0):
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            value = fn()
-        except Exception:
-            value = None
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
+    return until(fn, what, limit)
 
 
 def _groups(tmp_path, *extra):
