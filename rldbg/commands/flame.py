@@ -50,10 +50,9 @@ def run(args) -> int:
         return 2
     try:
         dash = Dashboard(args.address)
-        found = targets.find(dash, args.role, args.rank, args.run)
-        if not found:
-            print(f"rldbg flame: no alive worker matches {targets.describe_filter(args.role, args.rank, args.run)}; "
-                  f"roles seen: {targets.role_list(dash)}", file=sys.stderr)
+        found, why = targets.find_or_explain(dash, args.role, args.rank, args.run)
+        if why:
+            print(f"rldbg flame: {why}", file=sys.stderr)
             return 1
     except DashboardError as e:
         print(f"rldbg flame: {e}", file=sys.stderr)

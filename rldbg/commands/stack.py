@@ -28,10 +28,9 @@ def run(args) -> int:
         return 2
     try:
         dash = Dashboard(args.address)
-        found = targets.find(dash, args.role, args.rank, args.run)
-        if not found:
-            print(f"rldbg stack: no alive worker matches {targets.describe_filter(args.role, args.rank, args.run)}; "
-                  f"roles seen: {targets.role_list(dash)}", file=sys.stderr)
+        found, why = targets.find_or_explain(dash, args.role, args.rank, args.run)
+        if why:
+            print(f"rldbg stack: {why}", file=sys.stderr)
             return 1
         results = stacks.fetch(found, dash, native=args.native, via=args.via)
     except DashboardError as e:

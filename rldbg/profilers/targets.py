@@ -87,6 +87,15 @@ def find(dash: Dashboard, role: str | None = None, rank: int | None = None, run:
     return out
 
 
+def find_or_explain(dash: Dashboard, role: str | None, rank: int | None,
+                    run: str | None) -> tuple[list[Target], str | None]:
+    """The matching workers, or none and the one-line reason a command should print."""
+    found = find(dash, role, rank, run)
+    if found:
+        return found, None
+    return [], f"no alive worker matches {describe_filter(role, rank, run)}; roles seen: {role_list(dash)}"
+
+
 def describe_filter(role, rank, run) -> str:
     parts = [f"role {role!r}" if role else None, f"rank {rank}" if rank is not None else None,
              f"run {run!r}" if run else None]
