@@ -160,10 +160,6 @@ class Dashboard:
     def tasks(self, detail: bool = False, filters=None, limit: int = 10000) -> list[dict]:
         return self._state("tasks", detail, filters, limit)
 
-    def running_tasks_of(self, worker_id: str) -> list[dict]:
-        """A paused task is just RUNNING (is_debugger_paused is always null in 2.60)."""
-        return self.tasks(filters=[("worker_id", "=", worker_id), ("state", "=", "RUNNING")])
-
     def actors(self, detail: bool = False, filters=None, limit: int = 10000) -> list[dict]:
         return self._state("actors", detail, filters, limit)
 

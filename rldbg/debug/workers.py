@@ -74,21 +74,44 @@ def _is_local(ip: str) -> bool:
         return False
 
 
-def _running_task(dash: Dashboard, worker_id: str, wait_s: float) -> dict:
-    """The task a paused worker is in. Task events reach the dashboard a moment after the
-    pause itself does, so look again briefly before giving up on naming the method."""
+def _proc_title_method(pid: int, ip: str) -> str | None:
+    """The method a local worker is executing right now, from the process title Ray sets
+    at task start ("ray::Class.method"). Unlike task events, which reach the dashboard a
+    second or more late, the title is never stale."""
+    if not _is_local(ip):
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            title = f.read().split(b"\0", 1)[0].decode(errors="replace").strip()
+    except OSError:
+        return None
+    if not title.startswith("ray::") or "." not in title:
+        return None  # idle actors are titled "ray::Class"
+    return title.rsplit(".", 1)[-1].strip() or None
+
+
+def _running_task(dash: Dashboard, worker: dict, wait_s: float) -> dict:
+    """The task a paused worker is in. Task events reach the dashboard late, so a task
+    that already finished can still read RUNNING while the paused one is not listed yet:
+    prefer the task the process title names, else the newest, and look again briefly."""
     deadline = time.monotonic() + wait_s
     while True:
-        tasks = dash.running_tasks_of(worker_id)
-        if tasks or time.monotonic() >= deadline:
-            return tasks[0] if tasks else {}
+        tasks = dash.tasks(detail=True, filters=[("worker_id", "=", worker["worker_id"]), ("state", "=", "RUNNING")])
+        now = _proc_title_method(int(worker["pid"]), worker.get("ip") or "")
+        if now is not None:
+            named = [t for t in tasks if (t.get("name") or "").rsplit(".", 1)[-1] == now]
+            if named or time.monotonic() >= deadline:
+                best = max(named, key=lambda t: t.get("start_time_ms") or 0) if named else {}
+                return best or {"name": now}
+        elif tasks or time.monotonic() >= deadline:
+            return max(tasks, key=lambda t: t.get("start_time_ms") or 0) if tasks else {}
         time.sleep(0.25)
 
 
 def list_paused(dash: Dashboard, task_wait_s: float = 3.0) -> list[PausedWorker]:
     out = []
     for w in dash.paused_workers():
-        task = _running_task(dash, w["worker_id"], task_wait_s)
+        task = _running_task(dash, w, task_wait_s)
         name = task.get("name") or task.get("func_or_class_name")
         actor_id = task.get("actor_id")
         role, rank, world = None, None, None
