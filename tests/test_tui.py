@@ -102,6 +102,8 @@ async def until(pilot, pred, what):
 def plain(app, selector) -> str:
     """The text a view shows now (a Static's content, or a lane view's rendered lanes)."""
     widget = app.query_one(selector)
+    if hasattr(widget, "plain_text"):
+        return widget.plain_text()
     if not hasattr(widget, "content"):
         return widget.render().plain
     console = Console(width=200, file=io.StringIO(), record=True)
@@ -161,7 +163,7 @@ def test_stepper_arms_steps_one_call_continues_and_a_closed_tui_releases_the_run
                     "the next call's dispatch")
         assert app.view.state["calls_done"] == 1
         await pilot.pause(0.3)
-        text = plain(app, "#stepper-body")
+        text = plain(app, "#stepper-view")
         assert "actor.generate_sequences" in text and "input_ids" in text and "PARKED" in text, text
         await pilot.press("c")
         await until(pilot, lambda: not first.is_alive(), "the loop to finish after continue")
@@ -234,3 +236,37 @@ def test_the_rldbg_top_binary_runs_in_a_terminal_and_quits_on_q(ray_cluster, tra
                           timeout=WAIT_S)
     assert once.returncode == 0, once.stderr
     assert "actor+reward[1]" in once.stdout and "gate: off" in once.stdout, once.stdout
+
+
+def test_the_dashboard_going_away_shows_disconnected_retrying_and_recovers(ray_cluster, hub):
+    """A real outage: the app talks to the dashboard through a loopback forwarder that is cut
+    (connections refused and dropped) and restored on the same port."""
+    from urllib.parse import urlparse
+
+    from tcp_proxy import TcpProxy
+
+    target = urlparse(ray_cluster)
+    proxy = TcpProxy(target.hostname, target.port).start()
+
+    async def main():
+        app = TopApp(LiveSource(proxy.url, timeout=2.0), refresh=0.2)
+        async with app.run_test(size=(150, 40)) as pilot:
+            await until(pilot, lambda: app.view.status == "connected" and app.view.rows is not None,
+                        "the app to connect through the forwarder")
+            proxy.stop()
+            await until(pilot, lambda: app.view.status == "disconnected", "the app to notice the outage")
+            assert "disconnected, retrying" in app.view.message, app.view.message
+            await pilot.pause(0.3)
+            status = app.query_one("#status").render()
+            assert "disconnected, retrying" in str(status), status
+            for key in "1234567":   # every view draws the stale picture without crashing
+                await pilot.press(key)
+                await pilot.pause(0.1)
+            assert not [n for n in app._notifications if "could not draw" in n.message]
+            proxy.start()
+            await until(pilot, lambda: app.view.status == "connected", "the app to reconnect")
+            assert app.view.job_id == hub["job_id"]
+    try:
+        asyncio.run(main())
+    finally:
+        proxy.stop()

@@ -38,7 +38,7 @@ def run(args) -> int:
         return once(source)
     from rldbg.tui.app import TopApp
 
-    TopApp(source, refresh=args.refresh).run()
+    TopApp(source, refresh=args.refresh, freeze_gc=True).run()
     return 0
 
 

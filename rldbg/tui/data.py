@@ -17,6 +17,7 @@ from rldbg.dashboard import Dashboard, DashboardError
 EVENT_PAGE = 50_000          # the hub's per-request maximum
 PAGES_PER_POLL = 4           # a poll reads at most this many pages; the rest comes next poll
 INITIAL_WINDOW = 200_000     # joining a long run: start this many events back, not at event 0
+FIRST_PAGE = 5_000           # the first read is small: the roles table must not wait for a backlog
 SLOW_EVERY_S = 3.0           # GPU memory (cached 2 s by the dashboard) and paused workers
 
 
@@ -131,12 +132,13 @@ class LiveSource(DataSource):
         first = self.cursor is None or self.cursor > total
         if first:
             self.cursor = max(0, total - INITIAL_WINDOW)
+        page = FIRST_PAGE if first else EVENT_PAGE
         for _ in range(1 if first else PAGES_PER_POLL):   # a small first read: the first frame comes fast
-            got = self.hub.events(self.cursor, EVENT_PAGE)
+            got = self.hub.events(self.cursor, page)
             evs = got.get("events") or []
             snap.events.extend(evs)
             self.cursor = int(got.get("cursor", self.cursor))
-            if len(evs) < EVENT_PAGE:
+            if len(evs) < page:
                 break
         snap.behind = max(0, total - self.cursor)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 
 from rldbg.control.client import HubError
-from rldbg.tui.data import EVENT_PAGE, INITIAL_WINDOW, PAGES_PER_POLL, DataSource, Snapshot
+from rldbg.tui.data import EVENT_PAGE, FIRST_PAGE, INITIAL_WINDOW, PAGES_PER_POLL, DataSource, Snapshot
 
 T0 = 1_700_000_000_000_000_000
 MiB = 2**20
@@ -93,7 +93,9 @@ class FakeSource(DataSource):
                 {"key": "uid", "kind": "array", "shape": [8], "dtype": "object", "nbytes": 64}]
         return {"id": 2, "group": "actor", "method": "generate_sequences", "mode": "DP_COMPUTE_PROTO",
                 "world": self.ranks, "step": self.step, "phase": "before_dispatch",
-                "shards": [{"rows": 8, "keys": keys} for _ in range(min(self.ranks, 4))]}
+                # every rank gets a shard, as in the trainer; the last one is short (an uneven batch)
+                "shards": [{"rows": 8, "keys": keys} for _ in range(self.ranks - 1)] + [
+                    {"rows": 7, "keys": [{**k, "shape": [7, *k["shape"][1:]], "nbytes": k["nbytes"] * 7 // 8} for k in keys]}]}
 
     def _result(self):
         return {"id": 1, "group": "actor", "method": "to_rollout_mode", "step": self.step, "rows": 16,
@@ -114,7 +116,7 @@ class FakeSource(DataSource):
         first = self.cursor is None
         if first:
             self.cursor = max(0, self.total - INITIAL_WINDOW)
-        end = min(self.total, self.cursor + EVENT_PAGE * (1 if first else PAGES_PER_POLL))
+        end = min(self.total, self.cursor + (FIRST_PAGE if first else EVENT_PAGE * PAGES_PER_POLL))
         events = [self.event(i) for i in range(self.cursor, end)]
         self.cursor = end
         state = {"job_id": "01000000", "step": self.step, "calls_done": 42, "gate": dict(self.gate_state),

@@ -64,6 +64,7 @@ class EventStore:
         self.lanes: dict = collections.defaultdict(Lane)
         self.slices: dict = {}            # (role, rank) -> deque of (ts, dur, name, cat, step, status)
         self.steps: dict = {}             # step -> [start_ns, end_ns | None]
+        self.methods: set = set()         # every call's method name, for the timeline's legend
         self.notes: collections.deque = collections.deque(maxlen=NOTES)
         self.flags: dict = {}             # key -> one-line flag (dict keeps the newest per key)
         self.last_ts = 0
@@ -121,6 +122,8 @@ class EventStore:
                 self.note(ts, "error", f"driver call {e.get('name')} failed: {args.get('error', '?')}")
 
     def _slice(self, lane: tuple, s: tuple) -> None:
+        if s[3] != "transition" and s[2]:
+            self.methods.add(s[2].rsplit(".", 1)[-1])
         q = self.slices.get(lane)
         if q is None:
             q = self.slices[lane] = collections.deque(maxlen=LANE_SLICES)

@@ -26,6 +26,7 @@ class View:
     paused: list = field(default_factory=list)
     events: int = 0
     behind: int = 0
+    methods: list = field(default_factory=list)   # call names seen, sorted
 
     @property
     def gate(self) -> dict:
@@ -57,11 +58,13 @@ class Model:
         self.last = View(
             "connected", snap.message, snap.job_id, snap.hub_url, self.address, snap.state,
             self._rows(snap.actors, snap.state, snap.gpu_by_pid, paused),
-            {k: list(v) for k, v in sorted(st.slices.items(), key=_slice_key)},
+            # Tuples, not lists: a tuple of plain tuples drops out of the GC's tracking after one
+            # pass, so these ~600 slices x 384 lanes never lengthen a full collection (a UI hitch).
+            {k: tuple(v) for k, v in sorted(st.slices.items(), key=_slice_key)},
             {k: tuple(v) for k, v in st.steps.items()}, st.last_ts,
-            [(role, rank, list(ln.mem), list(ln.marks), dict(ln.ledger))
+            [(role, rank, tuple(ln.mem), tuple(ln.marks), dict(ln.ledger))
              for (role, rank), ln in sorted(st.lanes.items(), key=_lane_key) if ln.mem or ln.ledger],
-            list(st.flags.values()), list(st.notes), paused, st.count, snap.behind)
+            list(st.flags.values()), list(st.notes), paused, st.count, snap.behind, sorted(st.methods))
         return self.last
 
     def _rows(self, actors, state, gpu, paused):

@@ -10,12 +10,12 @@ HELP = """[b]rldbg top[/b] — live view of an RL run on Ray
 
 [b]anywhere[/b]   1-7 switch view   ? help   q quit   e export trace   r refresh now
            ctrl+p command palette   tab/shift+tab move focus   mouse: click tabs, rows, wheel scrolls
-[b]1 Roles[/b]    s cycle sort (role, state, cpu, gpu, method)   / filter   esc clear filter
-           t stacks of the selected worker   T stacks of its whole role
+[b]1 Roles[/b]    ↑/↓ j/k PgUp/PgDn Home/End move   s cycle sort (role, state, cpu, gpu, method), or click
+           a column header   / filter   esc clear filter   t stacks of the selected worker   T of its role
 [b]2 Timeline[/b] ←/h back   →/l forward   + zoom in   - zoom out (steps shown)   f follow live
 [b]3 Memory[/b]   sparkline per rank; O offload  R reload  W wake/weight sync  K KV release
 [b]4 Stepper[/b]  a arm   s/space step one pause point   m run to a method   n run to the next step
-           c continue (disarm). While this TUI is open it heartbeats; if it dies the run resumes
+           c continue (disarm). Ranks that got identical shards share one row ("0-126 (127)"). While this TUI is open it heartbeats; if it dies the run resumes
            after the hub's gate timeout.
 [b]5 Breaks[/b]   b add a breakpoint spec (role.method@rank=N,step=M)   x remove the selected spec
 [b]6 Stacks[/b]   r re-fetch   (choose a worker in Roles with t / T)

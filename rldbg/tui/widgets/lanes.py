@@ -1,14 +1,14 @@
-"""A view of many lanes (one per role x rank) that renders only the lanes on screen: with 256+
+"""A view of many lanes (one per role x rank) that builds only the lanes on screen: with 256+
 workers, building every lane each refresh is what would make a frame slow. Subclasses give
-lane_keys(view) and lines(view, key, width) -> [Text]; this class does scrolling (keys, wheel)."""
+lane_keys(view) and lines(view, key, width) -> [Line]; this class does scrolling (keys, wheel)."""
 from __future__ import annotations
 
-from rich.text import Text
 from textual.binding import Binding
-from textual.widget import Widget
+
+from rldbg.tui.widgets.strips import Line, LineView
 
 
-class LaneScroller(Widget, can_focus=True):
+class LaneScroller(LineView, can_focus=True):
     BINDINGS = [Binding("down,j", "scroll_lanes(1)", "Down", show=False),
                 Binding("up,k", "scroll_lanes(-1)", "Up", show=False),
                 Binding("pagedown", "scroll_lanes(10)", "Page down", show=False),
@@ -18,11 +18,7 @@ class LaneScroller(Widget, can_focus=True):
 
     def __init__(self, **kw):
         super().__init__(**kw)
-        self.view, self.first = None, 0
-
-    def show(self, view) -> None:
-        self.view = view
-        self.refresh()
+        self.first = 0
 
     def header(self, view, width: int) -> list:
         return []
@@ -36,17 +32,16 @@ class LaneScroller(Widget, can_focus=True):
     def lines(self, view, key, width: int) -> list:
         raise NotImplementedError
 
-    def empty(self) -> Text:
-        return Text("no data yet", "dim")
+    def empty(self) -> Line:
+        return Line("no data yet", "dim")
 
-    def render(self):
+    def build(self, width: int, height: int) -> list:
         view = self.view
         if view is None:
-            return self.empty()
-        width, height = max(20, self.size.width), max(3, self.size.height)
+            return [self.empty()]
         keys = self.lane_keys(view)
         if not keys:
-            return self.empty()
+            return [self.empty()]
         self.first = max(0, min(self.first, len(keys) - 1))
         head, foot = self.header(view, width), self.footer(view, width)
         room = height - len(head) - len(foot) - 1
@@ -57,14 +52,14 @@ class LaneScroller(Widget, can_focus=True):
                 break
             body += lane
             shown += 1
-        more = Text(f"lanes {self.first + 1}-{self.first + shown} of {len(keys)}  (↑/↓ PgUp/PgDn, wheel)", "dim")
-        out = Text("\n").join(head + body + [Text("")] * max(0, room - len(body)) + [more] + foot)
-        out.no_wrap, out.overflow = True, "crop"
-        return out
+        return head + body + [Line()] * max(0, room - len(body)) + [self.position(shown, len(keys))] + foot
+
+    def position(self, shown: int, total: int) -> Line:
+        return Line(f"lanes {self.first + 1}-{self.first + shown} of {total}  (↑/↓ PgUp/PgDn, wheel)", "dim")
 
     def action_scroll_lanes(self, by: int) -> None:
         self.first = max(0, self.first + by)
-        self.refresh()
+        self.redraw()
 
     def on_mouse_scroll_down(self, event) -> None:
         self.action_scroll_lanes(3)

@@ -1,16 +1,17 @@
 """Roles: one row per role x rank with live state; s cycles the sort, / filters, t shows stacks."""
 from __future__ import annotations
 
-from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import DataTable, Input
+from textual.widgets import Input
 
 from rldbg.tui.model import SORTS, sort_filter
+from rldbg.tui.widgets.table import LineTable
 
 COLUMNS = ("actor", "role", "rank", "state", "method", "step", "pid", "node", "cpu mem", "gpu mem")
 STATE_STYLE = {"running": "green", "idle": "dim", "waiting (gate)": "yellow", "paused at breakpoint": "bold magenta",
                "dead": "red strike"}
+SORT_COLUMN = {"role": "role", "state": "state", "cpu": "cpu mem", "gpu": "gpu mem", "method": "method"}
 
 
 class RolesView(Vertical):
@@ -20,47 +21,39 @@ class RolesView(Vertical):
 
     def __init__(self, **kw):
         super().__init__(**kw)
-        self.sort, self.filter_text, self.view, self._keys = "role", "", None, []
+        self.sort, self.filter_text, self.view = "role", "", None
 
     def compose(self):
-        table = DataTable(id="roles-table", cursor_type="row", zebra_stripes=True)
-        table.add_columns(*COLUMNS)
-        yield table
+        yield LineTable(COLUMNS, max_width={"actor": 36, "method": 28, "node": 16}, id="roles-table", classes="primary")
         yield Input(placeholder="filter rows (Enter to apply, Esc to clear)", id="roles-filter", classes="hidden")
 
     def show(self, view) -> None:
         self.view = view
         rows = sort_filter(view.rows, self.sort, self.filter_text)
-        table = self.query_one(DataTable)
-        keys = [r.key for r in rows]
-        if keys != self._keys:
-            # The row set or order changed: rebuild (keeps the cursor on the same row index).
-            cursor = table.cursor_row
-            table.clear()
-            for r in rows:
-                table.add_row(*self._cells(r), key=r.key)
-            self._keys = keys
-            if rows:
-                table.move_cursor(row=min(cursor, len(rows) - 1))
-            return
-        # Same rows: touch only changed cells, which is what keeps a 256-worker refresh cheap.
-        for r in rows:
-            for col, value in zip(table.columns, self._cells(r)):
-                if table.get_cell(r.key, col) != value:
-                    table.update_cell(r.key, col, value)
+        table = self.query_one(LineTable)
+        table.sorted_by = SORT_COLUMN.get(self.sort)
+        table.set_rows([r.key for r in rows], [self._cells(r) for r in rows])
 
     @staticmethod
     def _cells(r) -> list:
-        cells = list(r.cells())
-        cells[3] = Text(cells[3], style=STATE_STYLE.get(r.state, ""))
+        cells = [("" if c is None else str(c), "") for c in r.cells()]
+        cells[3] = (cells[3][0], STATE_STYLE.get(r.state, ""))
         return cells
 
     def selected(self):
-        table = self.query_one(DataTable)
-        if not self._keys or self.view is None:
+        table = self.query_one(LineTable)
+        if not table.keys or self.view is None:
             return None
-        key = self._keys[min(table.cursor_row, len(self._keys) - 1)]
+        key = table.keys[min(table.cursor_row, len(table.keys) - 1)]
         return next((r for r in self.view.rows if r.key == key), None)
+
+    def on_line_table_header_clicked(self, event: LineTable.HeaderClicked) -> None:
+        by_column = {v: k for k, v in SORT_COLUMN.items()}
+        if event.column in by_column:
+            self.sort = by_column[event.column]
+            self.notify(f"sorted by {self.sort}", timeout=2)
+            if self.view:
+                self.show(self.view)
 
     def action_sort(self) -> None:
         names = list(SORTS)
@@ -77,7 +70,7 @@ class RolesView(Vertical):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.filter_text = event.value.strip()
         event.input.add_class("hidden")
-        self.query_one(DataTable).focus()
+        self.query_one(LineTable).focus()
         if self.view:
             self.show(self.view)
 
@@ -85,7 +78,7 @@ class RolesView(Vertical):
         box = self.query_one(Input)
         box.value, self.filter_text = "", ""
         box.add_class("hidden")
-        self.query_one(DataTable).focus()
+        self.query_one(LineTable).focus()
         if self.view:
             self.show(self.view)
 

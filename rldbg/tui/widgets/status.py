@@ -28,5 +28,11 @@ def status_text(view) -> Text:
 
 
 class StatusBar(Static):
+    _last = None
+
     def show(self, view) -> None:
-        self.update(status_text(view))
+        text = status_text(view)
+        if text.markup != self._last:
+            # Fixed height (rldbg.tcss): a layout pass here would repaint every view each refresh.
+            self.update(text, layout=False)
+            self._last = text.markup

@@ -1,96 +1,146 @@
 """Stepper: the driver's step gate. a arms, s/space runs one pause point on, m runs to a
 method, n to the next training step, c continues (disarms). Shows the parked call's
-per-rank shards and, after collect, the merged result."""
+per-rank shards and, after collect, the merged result. Ranks that received the same shard
+layout share one block ("ranks 0-126"), so a 128-rank call reads at a glance and the rank
+that got a different (padded, uneven) shard stands out."""
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from rldbg.tui.model import fmt_bytes
+from rldbg.tui.widgets.lanes import LaneScroller
+from rldbg.tui.widgets.strips import Line
+
+SHARD_COLUMNS = ("ranks", "rows", "key", "shape", "dtype", "bytes")
+RIGHT = {"rows", "bytes"}
 
 
-def gate_line(gate: dict) -> Text:
+def gate_line(gate: dict) -> Line:
     if not gate:
-        return Text("gate: unknown (no run)", "dim")
-    t = Text("gate: ")
+        return Line("gate: unknown (no run)", "dim")
+    t = Line("gate: ")
     if not gate.get("armed"):
-        t.append("off", "bold green")
-        t.append(" (running freely)")
+        t.add("off", "bold green").add(" (running freely)")
         if gate.get("disarm_reason"):
-            t.append(f"; disarmed: {gate['disarm_reason']}", "dim")
+            t.add(f"; disarmed: {gate['disarm_reason']}", "dim")
         return t
-    t.append("ARMED", "bold yellow")
-    t.append(f"  mode {gate.get('mode')}" + (f" -> {gate['target']}" if gate.get("target") else ""))
-    t.append("  PARKED" if gate.get("waiting") else "  running to the next pause point",
-             "bold magenta" if gate.get("waiting") else "")
-    t.append(f"  (resumes by itself {gate.get('timeout_s', 30):g} s after this TUI goes quiet)", "dim")
+    t.add("ARMED", "bold yellow")
+    t.add(f"  mode {gate.get('mode')}" + (f" -> {gate['target']}" if gate.get("target") else ""))
+    t.add("  PARKED" if gate.get("waiting") else "  running to the next pause point",
+          "bold magenta" if gate.get("waiting") else "")
+    t.add(f"  (resumes by itself {gate.get('timeout_s', 30):g} s after this TUI goes quiet)", "dim")
     return t
 
 
-def call_table(call: dict) -> Group:
-    head = Text(f"{call.get('phase', '?').replace('_', ' ')}: {call.get('group')}.{call.get('method')}  "
+def rank_ranges(ranks: list) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"."""
+    out, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            out.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ",".join(out)
+
+
+def group_shards(shards: list) -> list:
+    """[(ranks, shard or None)] with ranks that got identical shards together, in rank order."""
+    groups: dict = {}
+    for rank, sh in enumerate(shards):
+        sig = None if sh is None else (sh.get("rows"), tuple(
+            (k.get("key"), tuple(k.get("shape") or ()), k.get("dtype"), k.get("nbytes")) for k in sh.get("keys") or ()))
+        groups.setdefault(sig, ([], sh))[0].append(rank)
+    return sorted(groups.values(), key=lambda g: g[0][0])
+
+
+def shard_rows(shards: list) -> list:
+    rows = []
+    for ranks, sh in group_shards(shards):
+        label = rank_ranges(ranks) + (f" ({len(ranks)})" if len(ranks) > 2 else "")
+        if sh is None:
+            rows.append((label, "-", "(nothing sent)", "", "", ""))
+            continue
+        for i, k in enumerate(sh.get("keys") or [{}]):
+            rows.append((label if i == 0 else "", str(sh.get("rows")) if i == 0 else "", str(k.get("key", "")),
+                         "x".join(map(str, k.get("shape") or [])), str(k.get("dtype", "")), fmt_bytes(k.get("nbytes"))))
+    return rows
+
+
+def table_lines(columns, rows, indent: int = 2) -> list:
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+
+    def cell(text, i, col):
+        return text.rjust(widths[i]) if col in RIGHT else text.ljust(widths[i])
+    head = Line(" " * indent + "  ".join(cell(c, i, c) for i, c in enumerate(columns)), "bold")
+    return [head] + [Line(" " * indent + "  ".join(cell(v, i, c) for i, (v, c) in enumerate(zip(r, columns))))
+                     for r in rows]
+
+
+def call_lines(call: dict) -> list:
+    head = Line(f"{call.get('phase', '?').replace('_', ' ')}: {call.get('group')}.{call.get('method')}  "
                 f"mode {call.get('mode')}  world {call.get('world')}  step {call.get('step')}  call #{call.get('id')}",
                 "bold")
     shards = call.get("shards")
     if not shards:
-        return Group(head, Text("no per-rank shards (after collect, or a call without a batch)", "dim"))
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("rank", "rows", "key", "shape", "dtype", "bytes"):
-        table.add_column(col, justify="right" if col in ("rank", "rows", "bytes") else "left")
-    for rank, sh in enumerate(shards):
-        if sh is None:
-            table.add_row(str(rank), "-", "(nothing sent)", "", "", "")
-            continue
-        keys = sh.get("keys") or [{}]
-        for i, k in enumerate(keys):
-            table.add_row(str(rank) if i == 0 else "", str(sh.get("rows")) if i == 0 else "", str(k.get("key", "")),
-                          "x".join(map(str, k.get("shape") or [])), str(k.get("dtype", "")), fmt_bytes(k.get("nbytes")))
-    return Group(head, table)
+        return [head, Line("no per-rank shards (after collect, or a call without a batch)", "dim")]
+    return [head] + table_lines(SHARD_COLUMNS, shard_rows(shards))
 
 
-def result_block(res: dict | None):
+def result_lines(res: dict | None) -> list:
     if not res:
-        return Text("no result collected yet", "dim")
-    t = Table(box=None, show_header=False, pad_edge=False)
-    t.add_column("k", style="bold")
-    t.add_column("v")
-    t.add_row("call", f"{res.get('group')}.{res.get('method')} step {res.get('step')} (#{res.get('id')})")
-    t.add_row("rows", str(res.get("rows")))
+        return [Line("no result collected yet", "dim")]
+    pairs = [("call", f"{res.get('group')}.{res.get('method')} step {res.get('step')} (#{res.get('id')})"),
+             ("rows", str(res.get("rows")))]
     if res.get("keys"):
-        t.add_row("keys", ", ".join(str(k.get("key", k)) if isinstance(k, dict) else str(k) for k in res["keys"])[:200])
-    for k, v in sorted((res.get("metrics") or {}).items()):
-        t.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
-    return Group(Text("last merged result", "bold underline"), t)
+        pairs.append(("keys", ", ".join(str(k.get("key", k)) if isinstance(k, dict) else str(k)
+                                        for k in res["keys"])[:200]))
+    pairs += [(k, f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in sorted((res.get("metrics") or {}).items())]
+    w = max(len(k) for k, _ in pairs)
+    return [Line("last merged result", "bold underline")] + [Line(f"  {k:<{w}}  ", "bold").add(v) for k, v in pairs]
 
 
-class StepperView(VerticalScroll):
+class StepperView(LaneScroller):
+    """Lines, scrolled like the lane views (↑/↓ PgUp/PgDn, wheel) when a call has many keys."""
     BINDINGS = [Binding("a", "gate('arm')", "Arm"), Binding("s,space", "gate('step')", "Step"),
                 Binding("m", "run_to_method", "Run to method"), Binding("n", "gate('run_to_step')", "Next step"),
                 Binding("c", "gate('continue')", "Continue")]
-    can_focus = True
 
     def __init__(self, **kw):
         super().__init__(**kw)
-        self.view = None
-
-    def compose(self):
-        yield Static(id="stepper-body")
+        self._body: list = []
+        self._sig = None
 
     def show(self, view) -> None:
         self.view = view
         gate = view.gate
-        parts = [gate_line(gate), Text(f"driver: step {view.state.get('step')}  calls done {view.state.get('calls_done')}\n")]
+        sig = repr((gate, view.state.get("step"), view.state.get("calls_done")))
+        if sig == self._sig:
+            return   # nothing the stepper shows has changed: no repaint
+        self._sig = sig
+        body = [gate_line(gate), Line(f"driver: step {view.state.get('step')}  calls done {view.state.get('calls_done')}"),
+                Line()]
         pending = gate.get("pending")
         if pending:
-            parts += [Text("pending call" if gate.get("waiting") else "newest pause point", "bold underline"),
-                      call_table(pending), Text("")]
-        parts.append(result_block(gate.get("last_result")))
-        parts.append(Text("\na arm  s/space step  m run to method  n next step  c continue", "dim"))
-        self.query_one("#stepper-body", Static).update(Group(*parts))
+            body += [Line("pending call" if gate.get("waiting") else "newest pause point", "bold underline"),
+                     *call_lines(pending), Line()]
+        self._body = body + result_lines(gate.get("last_result"))
+        self.redraw()
+
+    # One "lane" per line, so LaneScroller's scrolling works unchanged.
+    def lane_keys(self, view) -> list:
+        return list(range(len(self._body)))
+
+    def lines(self, view, i, width: int) -> list:
+        return [self._body[i]]
+
+    def position(self, shown: int, total: int) -> Line:
+        if shown >= total:
+            return Line()
+        return Line(f"lines {self.first + 1}-{self.first + shown} of {total}  (↑/↓ PgUp/PgDn, wheel)", "dim")
+
+    def footer(self, view, width: int) -> list:
+        return [Line("a arm  s/space step  m run to method  n next step  c continue", "dim")]
 
     def action_gate(self, action: str) -> None:
         self.app.gate(action)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import bisect
 import zlib
 
-from rich.text import Text
 from textual.binding import Binding
 
 from rldbg.tui.widgets.lanes import LaneScroller
+from rldbg.tui.widgets.strips import Line
 
 PALETTE = ["cyan", "green", "magenta", "yellow", "blue", "bright_red", "bright_green", "bright_cyan",
            "bright_magenta", "orange3", "purple", "turquoise2"]
@@ -41,8 +41,8 @@ def lane_cells(slices: list, t0: int, t1: int, cols: int):
     rows = ([None] * cols, [None] * cols)
     per = (t1 - t0) / cols
     # Slices arrive in end order; anything ending before the window is skipped by bisect.
-    ends = [s[0] + s[1] for s in slices]
-    for ts, dur, name, cat, _step, status in slices[bisect.bisect_left(ends, t0):]:
+    first = bisect.bisect_left(slices, t0, key=lambda s: s[0] + s[1])
+    for ts, dur, name, cat, _step, status in slices[first:]:
         if ts > t1:
             continue
         cells = rows[1 if cat == "transition" else 0]
@@ -52,19 +52,19 @@ def lane_cells(slices: list, t0: int, t1: int, cols: int):
     return rows
 
 
-def bar(cells: list, small: bool = False) -> Text:
-    out, prev, run = Text(), cells[0], 0
+def bar(cells: list, small: bool = False, out: Line | None = None) -> Line:
+    out, prev, run = out if out is not None else Line(), cells[0], 0
     for name in cells + ["\0"]:
         if name == prev:
             run += 1
             continue
         if prev is None:
-            out.append(" " * run)
+            out.add(" " * run)
         else:
             label = prev.removeprefix("!").rsplit(".", 1)[-1]
             fill = (label[:run] if run >= 4 and not small else "").ljust(run, "▄" if small else "█")
             style = "bold white on red" if prev == "!error" else (colour(prev) if small else f"black on {colour(prev)}")
-            out.append(fill, style)
+            out.add(fill, style)
         prev, run = name, 1
     return out
 
@@ -78,8 +78,8 @@ class TimelineView(LaneScroller):
         super().__init__(**kw)
         self.steps, self.pan, self._win = 3, 0.0, None
 
-    def empty(self) -> Text:
-        return Text("no call or transition events yet (is tracing on? trace.enabled=true or rldbg.trace.start)", "dim")
+    def empty(self) -> Line:
+        return Line("no call or transition events yet (is tracing on? trace.enabled=true or rldbg.trace.start)", "dim")
 
     def lane_keys(self, view) -> list:
         self._win = window(view, self.steps, self.pan)
@@ -95,34 +95,33 @@ class TimelineView(LaneScroller):
                 for i, ch in enumerate(f"|step {step}"[: cols - c]):
                     line[c + i] = ch
         pan = f", panned back {self.pan:g} windows (f follows)" if self.pan else " (live)"
-        return [Text(" " * LABEL + "".join(line), "dim"),
-                Text(f"{'':<{LABEL}}last {self.steps} step(s), {(t1 - t0) / 1e9:.2f} s{pan}", "dim")]
+        return [Line(" " * LABEL + "".join(line), "dim"),
+                Line(f"{'':<{LABEL}}last {self.steps} step(s), {(t1 - t0) / 1e9:.2f} s{pan}", "dim")]
 
     def lines(self, view, key, width: int) -> list:
         t0, t1 = self._win
         calls, trans = lane_cells(view.slices[key], t0, t1, width - LABEL)
-        head = Text(f"{str(key[0])[:LABEL - 6]:<{LABEL - 6}} r{key[1]!s:<3} ", "bold")
-        out = [head + bar(calls)]
+        out = [bar(calls, out=Line(f"{str(key[0])[:LABEL - 6]:<{LABEL - 6}} r{key[1]!s:<3} ", "bold"))]
         if any(trans):
-            out.append(Text(" " * LABEL) + bar(trans, small=True))
+            out.append(bar(trans, small=True, out=Line(" " * LABEL)))
         return out
 
     def footer(self, view, width: int) -> list:
-        legend = Text()
-        for n in sorted({s[2].rsplit(".", 1)[-1] for ss in view.slices.values() for s in ss[-40:] if s[3] != "transition"}):
-            legend.append("■ ", colour(n))
-            legend.append(n + "  ")
-        legend.append("(▄ transitions)", "dim")
+        legend = Line()
+        for n in view.methods:
+            legend.add("■ ", colour(n))
+            legend.add(n + "  ")
+        legend.add("(▄ transitions)", "dim")
         return [legend]
 
     def action_pan(self, by: float) -> None:
         self.pan = max(0.0, self.pan + by)
-        self.refresh()
+        self.redraw()
 
     def action_zoom(self, by: int) -> None:
         self.steps = min(50, max(1, self.steps + by))
-        self.refresh()
+        self.redraw()
 
     def action_follow(self) -> None:
         self.pan = 0.0
-        self.refresh()
+        self.redraw()
