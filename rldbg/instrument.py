@@ -53,7 +53,9 @@ class CallTag:
     group: str
     method: str
     step: int | None
-    traced: bool = False   # the driver was tracing: a worker that has not found the collector looks now
+    # The driver's trace session (its origin_ns), 0 when it is not tracing. A worker that has not
+    # found the collector looks at once the first time it sees a session, whenever it last looked.
+    traced: int = 0
     specs: tuple | None = None   # (version, spec texts) of breakpoints set live through the hub
 
 
@@ -121,7 +123,8 @@ def call_begin(group: str, method: str, mode: str, world: int, step: int | None 
     on = _rt.STATE.on
     version, texts = _gate.current_specs()
     specs = (version, tuple(texts)) if version else None
-    call = Call(CallTag(next(_flow_ids), group, method, step, on, specs), mode, world)
+    session = int(_rt.STATE.config.get("origin_ns") or 1) if on else 0
+    call = Call(CallTag(next(_flow_ids), group, method, step, session, specs), mode, world)
     if on:
         call.t_begin = time.time_ns()
     return call
@@ -201,7 +204,7 @@ def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
             _apply_live_specs(tag.specs)
     if not _rt.STATE.on:
         # Tracing may have started after this actor did: the tag says so, else a slow re-check.
-        _rt.lookup(recheck_s=1.0) if tag is not None and tag.traced else _rt.lookup()
+        _rt.lookup(session=tag.traced) if tag is not None and tag.traced else _rt.lookup()
     if not _rt.STATE.on:
         try:
             with _profile_call(role, rank, method, ctx.step):

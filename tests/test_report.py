@@ -27,10 +27,7 @@ class Trainer:
     """Rank `slow_rank` trains 4x longer; rank `leaky_rank`'s offload keeps its buffer alive."""
 
     def __init__(self, role, rank, world, slow_rank=None, leaky_rank=None):
-        import gc
-
         import torch  # noqa: F401  (CUDA probe looks at an imported torch only)
-        gc.collect()  # Ray may reuse a worker process: its old garbage must not be freed mid-test
         self.role, self.rank = role, rank
         self.slow, self.leaky = rank == slow_rank, rank == leaky_rank
         self.kept, self.buf = [], None
@@ -90,9 +87,7 @@ def test_leak_after_offload_is_named(leak_trace):
     r = analyse(leak_trace)
     growth = [k for k in r["leaks"] if k["kind"] == "memory_growth"]
     assert [(k["role"], k["rank"], k["transition"]) for k in growth] == [("critic", 1, "offload_optimizer")]
-    # Two 40 MiB buffers leak after the first offload; demand at least one whole buffer so
-    # that an unrelated free elsewhere in a reused worker process cannot fail the test.
-    assert growth[0]["grew_bytes"] >= 40 * MB
+    assert growth[0]["grew_bytes"] >= 60 * MB   # two 40 MiB buffers kept after the first offload
     ledger = {(k["role"], k["rank"], k["category"]) for k in r["leaks"] if k["kind"] == "ledger_not_zeroed"}
     assert ledger == {("critic", 1, "optimizer")}
     peaks = {(p["role"], p["phase"]) for p in r["memory_peaks"]}

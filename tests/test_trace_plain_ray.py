@@ -154,3 +154,23 @@ def test_bad_inputs_give_clear_errors(ray_cluster, tmp_path):
         rldbg.trace.start(str(tmp_path / "x.json"), memory_hz=-1)
     with pytest.raises(ValueError, match="span name"):
         rldbg.span("")
+
+
+def test_workers_created_just_before_tracing_starts_record_their_first_calls(ray_cluster, tmp_path):
+    """Workers look for the collector when they start (none yet), then tracing starts and the
+    first traced call arrives well within the usual 1 s re-check: the call's session tag must
+    make them look again at once, or every rank's first calls go missing from the trace."""
+    from rldbg.trace.load import load_events
+
+    ws = [Worker.remote("critic", r, 2) for r in range(2)]
+    ray.get([w.__ray_ready__.remote() for w in ws])
+    path = str(tmp_path / "late.json")
+    try:
+        with rldbg.trace.tracing(path, memory_hz=0):
+            _call("critic", ws, "update", 0)
+    finally:
+        for w in ws:
+            ray.kill(w)
+    calls = {(e["args"].get("role"), e["args"].get("rank")) for e in load_events(path)
+             if e.get("ph") == "X" and e.get("cat") == "call"}
+    assert calls == {("critic", 0), ("critic", 1)}, calls

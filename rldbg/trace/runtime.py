@@ -20,6 +20,7 @@ class _State:
     on = False                 # the one flag every hot path reads
     looked_up = False
     last_lookup = 0.0
+    session_seen = 0           # the newest driver trace session a call told us about
     recorder: Recorder | None = None
     shipper: Shipper | None = None
     sampler = None
@@ -75,11 +76,18 @@ def flush(block: bool = False) -> None:
         STATE.shipper.flush(block=block)
 
 
-def lookup(force: bool = False, recheck_s: float = RECHECK_S) -> bool:
-    """Find this job's collector; attach if it exists. Cheap after the first call."""
+def lookup(force: bool = False, recheck_s: float = RECHECK_S, session: int = 0) -> bool:
+    """Find this job's collector; attach if it exists. Cheap after the first call. `session`
+    (from a traced driver's call) forces one look per new session, however recently the last
+    look was: a worker created a moment before tracing started must not miss its first calls;
+    while it keeps failing, it looks again at most once a second."""
     if STATE.on:
         return True
     now = time.monotonic()
+    if session and session != STATE.session_seen:
+        STATE.session_seen, force = session, True
+    elif session:
+        recheck_s = 1.0
     if STATE.looked_up and not force and now - STATE.last_lookup < recheck_s:
         return False
     STATE.looked_up, STATE.last_lookup = True, now
