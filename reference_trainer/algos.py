@@ -420,12 +420,16 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(shifted, dim=-1) - (probs * shifted).sum(dim=-1)
 
 
-def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, chunk_rows: int = 1) -> torch.Tensor:
+CHUNK_ELEMENTS = 1 << 24   # logits handled at once by logprobs_from_logits: 64 MiB in float32
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, chunk_rows: int | None = None) -> torch.Tensor:
     """Log-prob of ``labels`` under ``logits``; ``[B,T,V], [B,T] -> [B,T]``.
 
-    Works ``chunk_rows`` rows at a time and keeps only the label's logit plus a logsumexp, so no
-    full ``[B,T,V]`` log_softmax is ever held. The result is at least float32: bf16 log-probs are
-    too coarse for PPO ratios.
+    Works ``chunk_rows`` rows at a time (by default as many as fit in CHUNK_ELEMENTS) and keeps
+    only the label's logit plus a logsumexp, so no full ``[B,T,V]`` log_softmax is ever held for a
+    large vocabulary, while a small one is not split into per-row kernel launches. The result is
+    at least float32: bf16 log-probs are too coarse for PPO ratios.
     """
     if logits.dim() != 3:
         raise ValueError(f"logits must be [B, T, V], got shape {tuple(logits.shape)}")
@@ -433,7 +437,9 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, chunk_rows:
         raise ValueError(
             f"labels has shape {tuple(labels.shape)}; accepted: logits.shape[:-1] = {tuple(logits.shape[:-1])}"
         )
-    if chunk_rows < 1:
+    if chunk_rows is None:
+        chunk_rows = max(1, CHUNK_ELEMENTS // max(1, logits.shape[1] * logits.shape[2]))
+    elif chunk_rows < 1:
         raise ValueError(f"chunk_rows={chunk_rows} is invalid; accepted: an int >= 1")
     compute_dtype = torch.promote_types(logits.dtype, torch.float32)
     out = []

@@ -288,6 +288,7 @@ def test_logprobs_hand_value_and_match_distributions():
     expected = torch.distributions.Categorical(logits=logits).log_prob(labels)
     torch.testing.assert_close(algos.logprobs_from_logits(logits, labels), expected)
     torch.testing.assert_close(algos.logprobs_from_logits(logits, labels, chunk_rows=2), expected)
+    torch.testing.assert_close(algos.logprobs_from_logits(logits, labels, chunk_rows=1), expected)
 
 
 def test_logprobs_stay_accurate_for_large_float32_logits():

@@ -46,6 +46,7 @@ class Offloader:
         self.target, self.device = target, device
         self.directory = Path(directory)
         self._groups: dict[str, list[torch.Tensor]] = {}
+        self._shapes: dict[str, list] = {}
 
     def is_offloaded(self, group: str) -> bool:
         return group in self._groups
@@ -65,9 +66,15 @@ class Offloader:
             torch.cuda.empty_cache()
         else:
             self.directory.mkdir(parents=True, exist_ok=True)
-            torch.save([t.data for t in tensors], self._path(group))
-            for t in tensors:
-                t.data = torch.empty(0, dtype=t.dtype, device=t.device)
+            # Raw bytes, one file per group: torch.save's pickling, zip records and CRCs made
+            # a save/load pair of the demo's Adam state ~35 ms a step; a plain write is ~3 ms.
+            shapes = []
+            with open(self._path(group), "wb", buffering=0) as f:
+                for t in tensors:
+                    shapes.append(t.shape)
+                    f.write(_raw(t.data))
+                    t.data = torch.empty(0, dtype=t.dtype, device=t.device)
+            self._shapes[group] = shapes
             self.give_back_memory()
         self._groups[group] = tensors
         return moved
@@ -82,10 +89,13 @@ class Offloader:
             torch.cuda.synchronize()
         else:
             path = self._path(group)
-            stored = torch.load(path, mmap=True, weights_only=True)
-            for t, saved in zip(tensors, stored):
-                t.data = saved.clone()  # own memory; the file can go
-            del stored
+            with open(path, "rb", buffering=0) as f:
+                for t, shape in zip(tensors, self._shapes.pop(group)):
+                    data = torch.empty(shape, dtype=t.dtype, device=t.device)
+                    view = _raw(data)
+                    if f.readinto(view) != len(view):
+                        raise OSError(f"offload file {path} is shorter than the {group!r} tensors it held")
+                    t.data = data
             path.unlink()
         return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -97,4 +107,9 @@ class Offloader:
                 pass
 
     def _path(self, group: str) -> Path:
-        return self.directory / f"{group}.pt"
+        return self.directory / f"{group}.bin"
+
+
+def _raw(t: torch.Tensor) -> memoryview:
+    """The tensor's bytes, without a copy (CPU, contiguous; any dtype, bfloat16 included)."""
+    return memoryview(t.contiguous().reshape(-1).view(torch.uint8).numpy())
