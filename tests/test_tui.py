@@ -24,29 +24,16 @@ from rldbg.control.client import HubClient
 from rldbg.tui.app import TopApp
 from rldbg.tui.data import LiveSource
 
-from reference_trainer.config import load_config
-from reference_trainer.data import PromptSource
-from reference_trainer.roles import build_role_groups
-from reference_trainer.single_controller import shutdown_groups
-from reference_trainer.tasks import build_tokenizer, get_task
 from reference_trainer.trainer import train_step
+from small_trainer import small_trainer
 
 WAIT_S = 90          # liveness bound for waits, not a timing assertion
 
 
 @pytest.fixture(scope="module")
 def trainer(ray_cluster, tmp_path_factory):
-    cfg = load_config("demo", overrides=[f"trainer.run_dir={tmp_path_factory.mktemp('tui')}", "trace.enabled=false",
-                                         "sft.steps=0", "trainer.progress=false", "data.prompts_per_step=4",
-                                         "data.group_size=4", "actor.mini_batch_size=16", "critic.mini_batch_size=16"])
-    groups = build_role_groups(cfg)
-    try:
-        for g in groups.values():
-            g.init_model()
-        src = PromptSource(get_task(cfg.data.task), build_tokenizer(), cfg.data.prompts_per_step, cfg.data.group_size, 0)
-        yield cfg, groups, src
-    finally:
-        shutdown_groups(groups.values())
+    with small_trainer(tmp_path_factory.mktemp("tui")) as t:
+        yield t
 
 
 class Loop(threading.Thread):
