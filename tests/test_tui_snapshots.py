@@ -80,3 +80,30 @@ def test_keys_reach_the_source_and_bad_specs_show_the_hub_message():
             await pilot.press("escape")
             assert src.beats > 0   # heartbeats flow while the app is open
     asyncio.run(main())
+
+
+def test_roles_table_keeps_the_selected_worker_across_sorts_and_sorts_on_header_click():
+    async def main():
+        a = TopApp(FakeSource(workers=8, events=500), refresh=0.2)
+        async with a.run_test(size=SIZE) as pilot:
+            while a.polls < 1:
+                await pilot.pause(0.05)
+            await pilot.press("1")
+            await pilot.pause(0.2)
+            table = a.query_one("#roles-table")
+            await pilot.press("down", "down", "down")
+            chosen = a.query_one("RolesView").selected().key
+            await pilot.press("s")           # role -> state order: the same worker stays selected
+            await pilot.pause(0.2)
+            assert a.query_one("RolesView").selected().key == chosen
+            assert table.keys.index(chosen) == table.cursor_row
+            x = sum(w + 2 for w in table._widths[:4])   # into the "method" header cell
+            await pilot.click("#roles-table", offset=(x + 1, 0))
+            await pilot.pause(0.2)
+            assert a.query_one("RolesView").sort == "method" and table.sorted_by == "method"
+            methods = [table.get_row_at(i)[4] for i in range(table.row_count)
+                       if table.get_row_at(i)[3] != "dead"]
+            assert methods == sorted(methods)
+            await pilot.click("#roles-table", offset=(2, 3))   # the third row
+            assert table.cursor_row == table.top + 2
+    asyncio.run(main())

@@ -22,13 +22,6 @@ class LineTable(LineView, can_focus=True):
                 Binding("home", "move(-1000000)", "First", show=False),
                 Binding("end", "move(1000000)", "Last", show=False)]
 
-    class Selected(Message):
-        """The cursor moved to another row (key or click)."""
-
-        def __init__(self, table: "LineTable", row: int):
-            super().__init__()
-            self.table, self.row = table, row
-
     class HeaderClicked(Message):
         def __init__(self, table: "LineTable", column: str):
             super().__init__()
@@ -99,10 +92,7 @@ class LineTable(LineView, can_focus=True):
 
     # ---- input ------------------------------------------------------------------------------------
     def move_cursor(self, row: int) -> None:
-        new = max(0, min(row, len(self.rows) - 1))
-        if new != self.cursor_row:
-            self.cursor_row = new
-            self.post_message(self.Selected(self, new))
+        self.cursor_row = max(0, min(row, len(self.rows) - 1))
         self.redraw()
 
     def action_move(self, by: int) -> None:
