@@ -1,5 +1,6 @@
-"""`rldbg tb [--logdir DIR] [--port P]`: TensorBoard on 127.0.0.1 over torch.profiler output
-(the profiler plugin has no authentication, so it is never bound to a public interface)."""
+"""`rldbg tb [--logdir DIR] [--port P]`: TensorBoard on 127.0.0.1 over torch.profiler output and
+the trainer's metrics (the profiler plugin has no authentication, so it is never bound to a public
+interface)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ import sys
 from rldbg.profilers import tensorboard as tb
 from rldbg.profilers.spec import ProfileSpecError, from_env
 
-HELP = "start TensorBoard on loopback over torch.profiler output"
+HELP = "start TensorBoard on loopback over torch.profiler output and trainer metrics"
 DEFAULT_LOGDIR = os.path.join("runs", "demo", "tb")
 
 
@@ -28,14 +29,17 @@ def _default_logdir() -> str:
 def run(args) -> int:
     logdir = args.logdir or _default_logdir()
     try:
-        traces = tb.check_logdir(logdir)
+        traces, scalars = tb.check_logdir(logdir)
         proc, base = tb.start(logdir, args.port)
         tb.wait_ready(proc, base)
     except tb.TensorBoardError as e:
         print(f"rldbg tb: {e}", file=sys.stderr)
         return 1
-    print(f"TensorBoard over {len(traces)} trace(s) in {logdir}: {base}/#pytorch_profiler  (Ctrl-C stops it)",
-          flush=True)
+    if traces:
+        print(f"TensorBoard over {len(traces)} trace(s) in {logdir}: {base}/#pytorch_profiler  (Ctrl-C stops it)",
+              flush=True)
+    if scalars:
+        print(f"trainer metrics ({len(scalars)} event file(s)): {base}/#timeseries", flush=True)
     try:
         return proc.wait()
     except KeyboardInterrupt:
