@@ -108,6 +108,7 @@ def _chromium(*args):
 @pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
                     reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_html_report_draws_every_chart_in_chromium(run, tmp_path):
+    assert CHROMIUM, "Debian's chromium is missing (.ci/run installs it: apt-get install chromium)"
     out = tmp_path / "report.html"
     r = _rldbg("report", str(run / "trace.json.gz"), "--html", str(out))
     assert r.returncode == 0, r.stderr
