@@ -158,6 +158,10 @@ def test_trainer_scalars_reach_tensorboard(run):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    # `rldbg tb` takes its TensorBoard child down with it on SIGTERM.
+    import psutil
+    until(lambda: not [p for p in psutil.process_iter(["cmdline"])
+                       if str(run / "tb") in " ".join(p.info["cmdline"] or [])], what="TensorBoard to exit", limit=30)
 
 
 def test_wandb_offline_run_gets_the_metrics(tmp_path):

@@ -4,6 +4,7 @@ interface)."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from rldbg.profilers import tensorboard as tb
@@ -30,19 +31,31 @@ def run(args) -> int:
     logdir = args.logdir or _default_logdir()
     try:
         traces, scalars = tb.check_logdir(logdir)
-        proc, base = tb.start(logdir, args.port)
-        tb.wait_ready(proc, base)
     except tb.TensorBoardError as e:
         print(f"rldbg tb: {e}", file=sys.stderr)
         return 1
-    if traces:
-        print(f"TensorBoard over {len(traces)} trace(s) in {logdir}: {base}/#pytorch_profiler  (Ctrl-C stops it)",
-              flush=True)
-    if scalars:
-        print(f"trainer metrics ({len(scalars)} event file(s)): {base}/#timeseries", flush=True)
+    # SIGTERM (kill, timeout, a test's terminate()) must take TensorBoard down too, not orphan it.
+    signal.signal(signal.SIGTERM, _interrupt)
+    proc = None
     try:
+        proc, base = tb.start(logdir, args.port)
+        tb.wait_ready(proc, base)
+        if traces:
+            print(f"TensorBoard over {len(traces)} trace(s) in {logdir}: {base}/#pytorch_profiler  "
+                  "(Ctrl-C stops it)", flush=True)
+        if scalars:
+            print(f"trainer metrics ({len(scalars)} event file(s)): {base}/#timeseries", flush=True)
         return proc.wait()
+    except tb.TensorBoardError as e:
+        print(f"rldbg tb: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait(timeout=30)
         return 0
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
