@@ -115,6 +115,7 @@ class TrainerConfig:
     seed: int = 0
     progress: bool = True
     log_every: int = 1
+    logger: list = field(default_factory=lambda: ["console", "jsonl"])  # + tensorboard, wandb (VeRL's names)
 
 
 @dataclass
@@ -309,6 +310,10 @@ def validate(cfg: Config) -> None:
             )
     if not 0 < cfg.rollout.top_p <= 1:
         raise ConfigError(f"config key 'rollout.top_p' must be in (0, 1], got {cfg.rollout.top_p}")
+    from reference_trainer.metrics_log import LOGGERS
+    bad = [n for n in cfg.trainer.logger if n not in LOGGERS]
+    if bad:
+        raise ConfigError(f"config key 'trainer.logger' has {bad}; accepted: {', '.join(LOGGERS)}")
     if cfg.rollout.temperature <= 0:
         raise ConfigError(f"config key 'rollout.temperature' must be > 0, got {cfg.rollout.temperature}")
 

@@ -11,7 +11,7 @@ from rldbg import instrument
 
 from reference_trainer import checkpoint
 from reference_trainer.advantage import compute_advantages
-from reference_trainer.config import Config
+from reference_trainer.config import Config, to_dict
 from reference_trainer.data import PromptSource, sft_batch
 from reference_trainer.metrics_log import MetricsLog, PhaseTimer
 from reference_trainer.protocol import reduce_metrics
@@ -40,7 +40,8 @@ def fit(cfg: Config) -> list[dict]:
         if start == 0 and cfg.sft.steps:
             warm_start(actor, task, tokenizer, cfg)
         prompts = PromptSource(task, tokenizer, cfg.data.prompts_per_step, cfg.data.group_size, cfg.data.seed)
-        log = MetricsLog(cfg.trainer.run_dir, cfg.trainer.total_steps, start, cfg.trainer.progress)
+        log = MetricsLog(cfg.trainer.run_dir, cfg.trainer.total_steps, start, cfg.trainer.progress,
+                         cfg.trainer.logger, config=to_dict(cfg))
         try:
             for step in range(start, cfg.trainer.total_steps):
                 record = train_step(step, prompts.batch(step), actor, critic, reward, cfg)

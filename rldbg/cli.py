@@ -12,12 +12,13 @@ COMMANDS = {
     "top": "live TUI attached to the Ray dashboard",
     "report": "summarise a trace: time per role, stragglers, idle time, memory",
     "export": "write a run's collected events as a Perfetto trace",
+    "open": "open a trace in the Perfetto UI (served once from 127.0.0.1, never uploaded)",
     "breakpoints": "list paused workers (role, rank, method, debugpy address)",
     "attach": "terminal debugger for a paused or listening worker",
     "vscode": "write VS Code launch.json entries for paused or listening workers",
     "stack": "py-spy stacks of a role's workers, identical stacks grouped",
     "flame": "py-spy recording of a role's workers (speedscope + SVG)",
-    "tb": "start TensorBoard on loopback over torch.profiler output",
+    "tb": "start TensorBoard on loopback over torch.profiler output and trainer metrics",
 }
 
 

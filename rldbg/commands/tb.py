@@ -1,14 +1,16 @@
-"""`rldbg tb [--logdir DIR] [--port P]`: TensorBoard on 127.0.0.1 over torch.profiler output
-(the profiler plugin has no authentication, so it is never bound to a public interface)."""
+"""`rldbg tb [--logdir DIR] [--port P]`: TensorBoard on 127.0.0.1 over torch.profiler output and
+the trainer's metrics (the profiler plugin has no authentication, so it is never bound to a public
+interface)."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from rldbg.profilers import tensorboard as tb
 from rldbg.profilers.spec import ProfileSpecError, from_env
 
-HELP = "start TensorBoard on loopback over torch.profiler output"
+HELP = "start TensorBoard on loopback over torch.profiler output and trainer metrics"
 DEFAULT_LOGDIR = os.path.join("runs", "demo", "tb")
 
 
@@ -28,17 +30,32 @@ def _default_logdir() -> str:
 def run(args) -> int:
     logdir = args.logdir or _default_logdir()
     try:
-        traces = tb.check_logdir(logdir)
-        proc, base = tb.start(logdir, args.port)
-        tb.wait_ready(proc, base)
+        traces, scalars = tb.check_logdir(logdir)
     except tb.TensorBoardError as e:
         print(f"rldbg tb: {e}", file=sys.stderr)
         return 1
-    print(f"TensorBoard over {len(traces)} trace(s) in {logdir}: {base}/#pytorch_profiler  (Ctrl-C stops it)",
-          flush=True)
+    # SIGTERM (kill, timeout, a test's terminate()) must take TensorBoard down too, not orphan it.
+    signal.signal(signal.SIGTERM, _interrupt)
+    proc = None
     try:
+        proc, base = tb.start(logdir, args.port)
+        tb.wait_ready(proc, base)
+        if traces:
+            print(f"TensorBoard over {len(traces)} trace(s) in {logdir}: {base}/#pytorch_profiler  "
+                  "(Ctrl-C stops it)", flush=True)
+        if scalars:
+            print(f"trainer metrics ({len(scalars)} event file(s)): {base}/#timeseries", flush=True)
         return proc.wait()
+    except tb.TensorBoardError as e:
+        print(f"rldbg tb: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait(timeout=30)
         return 0
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt

@@ -30,16 +30,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def check_logdir(logdir: str) -> list[str]:
-    """The torch traces under logdir; raises when there is nothing the plugin could show."""
+def find_scalars(logdir: str) -> list[str]:
+    """TensorBoard event files (the trainer's metrics run, <run_dir>/tb/metrics) under logdir."""
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(logdir) for f in files if ".tfevents." in f)
+
+
+def check_logdir(logdir: str) -> tuple[list[str], list[str]]:
+    """(torch traces, scalar event files) under logdir; raises when there is nothing to show."""
     if not os.path.isdir(logdir):
-        raise TensorBoardError(f"profile directory {logdir!r} does not exist; pass --logdir DIR "
-                               "(the profile.dir of a run, default <run_dir>/tb)")
-    traces = find_traces(logdir)
-    if not traces:
-        raise TensorBoardError(f"no *.pt.trace.json under {logdir!r}; profile some calls first "
-                               "(profile.roles/ranks/steps, or RLDBG_PROFILE=...)")
-    return traces
+        raise TensorBoardError(f"directory {logdir!r} does not exist; pass --logdir DIR "
+                               "(a run's tb/ directory, default <run_dir>/tb)")
+    traces, scalars = find_traces(logdir), find_scalars(logdir)
+    if not traces and not scalars:
+        raise TensorBoardError(f"nothing to show under {logdir!r}: no *.pt.trace.json (profile some calls: "
+                               "profile.roles/ranks/steps, or RLDBG_PROFILE=...) and no metrics "
+                               "(trainer.logger=[console,jsonl,tensorboard])")
+    return traces, scalars
 
 
 def start(logdir: str, port: int = 0, host: str = "127.0.0.1") -> tuple[subprocess.Popen, str]:

@@ -1,0 +1,162 @@
+"""Hand a trace file to the Perfetto UI in the user's own browser, without uploading it anywhere.
+
+The UI (https://ui.perfetto.dev) loads `#!/?url=http://127.0.0.1:9001/NAME` by fetching that URL
+from the browser. Its Content-Security-Policy lets it fetch from 127.0.0.1:9001 and nothing else
+on loopback, so port 9001 is the default (the same port Perfetto's trace_processor RPC and its own
+open_trace_in_ui script use); another port only works with a self-hosted UI (`origin`).
+
+The server binds 127.0.0.1 only, answers only the one file name it was given, allows only the
+UI's origin (CORS, plus Chrome's Private Network Access preflight that a public page needs to
+reach loopback), and stops once the file has been sent completely once, or at the timeout.
+"""
+from __future__ import annotations
+
+import errno
+import http.server
+import os
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+DEFAULT_ORIGIN = "https://ui.perfetto.dev"
+DEFAULT_PORT = 9001
+
+
+class OpenError(RuntimeError):
+    """A one-line reason the trace cannot be served."""
+
+
+def deep_link(origin: str, port: int, name: str) -> str:
+    url = f"http://127.0.0.1:{port}/{urllib.parse.quote(name)}"
+    return f"{origin.rstrip('/')}/#!/?url={url}&referrer=rldbg"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: "TraceServer"
+
+    def log_message(self, fmt, *args):   # the command prints its own one-line progress
+        pass
+
+    def _cors(self) -> None:
+        origin = self.headers.get("Origin")
+        if origin == self.server.origin:
+            self.send_header("Access-Control-Allow-Origin", origin)
+            self.send_header("Vary", "Origin")
+            self.send_header("Access-Control-Allow-Private-Network", "true")
+        self.send_header("Cache-Control", "no-cache")
+
+    def _refuse(self, code: int, why: str) -> None:
+        body = why.encode()
+        self.send_response(code)
+        self._cors()
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _is_ours(self) -> bool:
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        return path == "/" + self.server.name
+
+    def do_OPTIONS(self):   # CORS / Private Network Access preflight
+        if not self._is_ours():
+            return self._refuse(404, "not found")
+        self.send_response(204)
+        self._cors()
+        self.send_header("Access-Control-Allow-Methods", "GET, OPTIONS")
+        req = self.headers.get("Access-Control-Request-Headers")
+        if req:
+            self.send_header("Access-Control-Allow-Headers", req)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self):
+        if not self._is_ours():
+            return self._refuse(404, "not found")
+        if self.headers.get("Origin") not in (None, self.server.origin):
+            # A page from another origin cannot read the trace (no CORS grant); say so to a human.
+            return self._refuse(403, f"only {self.server.origin} may fetch this trace")
+        size = self.server.path.stat().st_size
+        self.send_response(200)
+        self._cors()
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        sent = 0
+        with self.server.path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                self.wfile.write(chunk)
+                sent += len(chunk)
+        self.wfile.flush()
+        if sent == size:
+            self.server.fetched_by = self.headers.get("User-Agent", "a client")
+            self.server.done.set()
+
+    def do_HEAD(self):
+        if not self._is_ours():
+            return self._refuse(404, "not found")
+        self.send_response(200)
+        self._cors()
+        self.send_header("Content-Length", str(self.server.path.stat().st_size))
+        self.end_headers()
+
+
+class TraceServer(http.server.ThreadingHTTPServer):
+    """Serves one file to one origin on 127.0.0.1 until it has been fetched once."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, path: str | os.PathLike, port: int = DEFAULT_PORT, origin: str = DEFAULT_ORIGIN):
+        self.path = Path(path).resolve()
+        if not self.path.is_file():
+            raise OpenError(f"{path}: no such trace file")
+        self.name, self.origin = self.path.name, origin.rstrip("/")
+        self.done = threading.Event()
+        self.fetched_by: str | None = None
+        try:
+            super().__init__(("127.0.0.1", port), _Handler)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise OpenError(
+                    f"port {port} on 127.0.0.1 is in use (a trace_processor --httpd or another "
+                    f"`rldbg open`?); stop it, or pass --port with a self-hosted UI (--origin): "
+                    f"ui.perfetto.dev can only fetch from 127.0.0.1:{DEFAULT_PORT}") from None
+            raise
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    @property
+    def link(self) -> str:
+        return deep_link(self.origin, self.port, self.name)
+
+    def serve_until_fetched(self, timeout_s: float) -> bool:
+        """True when the whole file was sent once; False on timeout."""
+        t = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+        t.start()
+        try:
+            ok = self.done.wait(timeout_s)
+            if ok:
+                time.sleep(0.2)   # let the response's last bytes leave before the socket closes
+            return ok
+        finally:
+            self.shutdown()
+            self.server_close()
+
+
+def browser_available() -> bool:
+    """Whether a graphical browser can be opened from here (not over plain SSH, not headless)."""
+    import sys
+    import webbrowser
+    if sys.platform == "darwin" or os.name == "nt":
+        return True
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return False
+    try:
+        webbrowser.get()
+    except webbrowser.Error:
+        return False
+    return True
