@@ -150,7 +150,8 @@ def _start_control(cfg: Config) -> bool:
     import rldbg.control
 
     info = rldbg.control.start(port=cfg.control.port, gate_timeout_s=cfg.control.gate_timeout_s)
-    print(f"rldbg control hub at {info['url']} (token in {info['file']}); watch with `rldbg top`", flush=True)
+    print(f"rldbg control hub at {info['url']} (token in {info['file']}); watch with `rldbg top --job {info['run']}`",
+          flush=True)
     return True
 
 
@@ -173,5 +174,5 @@ def _stop_tracing(path: str | None) -> None:
 
     out = rldbg.trace.stop()
     if out:
-        print(f"trace written to {out} (open it at ui.perfetto.dev, or `rldbg report {out}`)", flush=True)
+        print(f"{rldbg.trace.loss_line(out)} (open it at ui.perfetto.dev, or `rldbg report {out}`)", flush=True)
 
