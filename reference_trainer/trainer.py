@@ -25,6 +25,7 @@ from reference_trainer.workers.hybrid import load_tokenizer_for
 def fit(cfg: Config) -> list[dict]:
     """Train; returns the per-step metric records (also in <run_dir>/metrics.jsonl)."""
     started = start_ray(cfg.resources.ray_num_cpus)
+    _check_cluster(cfg, started)
     trace_path = _start_tracing(cfg)
     control = _start_control(cfg)
     groups, history = {}, []
@@ -138,6 +139,18 @@ def worker_env(cfg: Config) -> dict:
 
     check_env(env)  # a bad rank list fails on the driver, before any worker starts
     return env
+
+
+def _check_cluster(cfg: Config, started: bool) -> None:
+    """Impossible resources fail in one line now, not after a placement group's 60 s wait."""
+    import ray
+
+    from reference_trainer.config import check_fits
+    try:
+        check_fits(cfg, ray.cluster_resources(), "the Ray cluster")
+    except Exception:
+        stop_ray(started)
+        raise
 
 
 def profile_dir(cfg: Config) -> str:
