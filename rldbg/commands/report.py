@@ -39,18 +39,25 @@ def run(args) -> int:
     from rldbg.trace.report import analyse, render
     try:
         events, notes = load_trace(args.trace)
-        result = analyse(args.trace)
     except TraceFileError as e:
         print(f"rldbg report: {e}", file=sys.stderr)
         return 2
     lost = recorded_losses(events)
-    if args.json:
-        print(json.dumps(dict(result, damage=notes, losses=lost), indent=1))
-    else:
+    if not args.json:
+        # First, before any figure: what the figures below cannot be trusted for.
         if notes:
             print(f"rldbg report: WARNING: {args.trace} is truncated/damaged ({'; '.join(notes)}); "
                   "this report covers only what could be read")
         if lost:
             print(f"rldbg report: WARNING: {lost}")
+        sys.stdout.flush()
+    try:
+        result = analyse(args.trace)
+    except TraceFileError as e:
+        print(f"rldbg report: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(dict(result, damage=notes, losses=lost), indent=1))
+    else:
         print(render(result))
     return DAMAGED_RC if notes else 0

@@ -24,6 +24,7 @@ NAMESPACE = "rldbg"
 NAME_PREFIX = "rldbg-collector-"
 LIVE_KEEP = 250_000   # events kept in memory for live queries (the TUI joins 200k back); the spill keeps all
 LOSS_CAT = "rldbg"
+UNSHIPPED = "still buffered when the trace stopped"
 
 
 def collector_name(job_id: str) -> str:
@@ -57,6 +58,7 @@ class Collector:
         p["lost"] = meta.get("lost") or p["lost"]
         p["last_seen_ns"] = time.time_ns()
         p["final"] = bool(meta.get("final"))
+        p["pending"] = int(meta.get("pending") or 0)
         for k in ("role", "rank"):
             if meta.get(k) is not None:
                 p[k] = meta[k]
@@ -96,12 +98,15 @@ class Collector:
         by_cause: dict = {}
         procs, silent = {}, []
         for key, p in self.procs.items():
-            for cause, n in p["lost"].items():
+            causes = dict(p["lost"])
+            if p.get("pending"):   # buffered there when it last reported, never shipped
+                causes[UNSHIPPED] = causes.get(UNSHIPPED, 0) + p["pending"]
+            for cause, n in causes.items():
                 by_cause[cause] = by_cause.get(cause, 0) + n
-            n = sum(p["lost"].values())
+            n = sum(causes.values())
             who = {"process": key, "role": p.get("role"), "rank": p.get("rank")}
             if n:
-                procs[key] = dict(who, lost=n, causes=dict(p["lost"]))
+                procs[key] = dict(who, lost=n, causes=causes)
             if not p.get("final") and p.get("last_seen_ns", 0) < silent_after_ns:
                 silent.append(dict(who, last_seen_ns=p.get("last_seen_ns", 0)))
         return {"total": sum(by_cause.values()), "by_cause": by_cause, "processes": procs,

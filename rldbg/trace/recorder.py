@@ -113,8 +113,9 @@ class Shipper:
 
     def _meta(self, final: bool = False) -> dict:
         lost = self.rec.losses()
+        # pending: what is still buffered here; stop() waits for it to reach 0 and counts the rest.
         return dict(self.meta, **_identity(), dropped=sum(lost.values()), lost=lost, t_sent=time.time_ns(),
-                    final=final)
+                    final=final, pending=len(self.rec.buf))
 
     def _reap(self, timeout: float, want: int = 0) -> None:
         """Collect acknowledgements; wait up to `timeout` until at most `want` are in flight."""

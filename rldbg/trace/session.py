@@ -25,6 +25,7 @@ from rldbg.trace.collector import NAMESPACE, Collector, collector_name
 _session: dict = {}
 _atexit_registered = False
 _last_losses: dict | None = None
+MAX_SETTLE_S = 60.0   # stop() waits at most this long for processes still draining their buffers
 
 
 def spill_dir_for(path: str) -> str:
@@ -141,6 +142,7 @@ def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
     _last_losses = None
     try:
         asked = time.time_ns()
+        hard_deadline = time.monotonic() + MAX_SETTLE_S
         runtime.detach(flush=True)
         collector = _session["collector"]
         if not _alive(ray, collector):
@@ -148,10 +150,17 @@ def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
         # Every live process ships (or heartbeats) each interval: wait until each has reported
         # since we asked; one that stays silent has died with its unsent events.
         deadline = time.monotonic() + max(settle_s, 2.5 * interval)
+        backlog = None
         while time.monotonic() < deadline:
             procs = ray.get(collector.stats.remote(), timeout=10)["processes"]
-            if all(p.get("final") or p.get("last_seen_ns", 0) > asked for p in procs.values()):
+            if all(p.get("final") or (p.get("last_seen_ns", 0) > asked and not p.get("pending"))
+                   for p in procs.values()):
                 break
+            left = sum(p.get("pending", 0) for p in procs.values())
+            if backlog is not None and left < backlog:
+                # still draining a big buffer: give it time (what stays is counted, not hidden)
+                deadline = max(deadline, min(time.monotonic() + 1.0, hard_deadline))
+            backlog = left
             time.sleep(min(interval, 0.2))
         closed = ray.get(collector.close.remote(asked, _session["gaps"]), timeout=30)
         _last_losses = closed.get("losses")
