@@ -440,6 +440,12 @@ def validate(cfg: Config) -> None:
         check_fits(cfg, {"CPU": cfg.resources.ray_num_cpus, "GPU": float("inf")}, f"the embedded cluster (resources.ray_num_cpus="
                                                              f"{cfg.resources.ray_num_cpus})")
     _check_debug(cfg)
+    if cfg.trace.enabled or cfg.trace.path:
+        from rldbg.trace.session import check_path_free
+        try:
+            check_path_free(cfg.trace.path or str(Path(cfg.trainer.run_dir) / "trace.json.gz"))
+        except RuntimeError as e:
+            raise ConfigError(str(e)) from None
     if not 0 < cfg.rollout.top_p <= 1:
         raise ConfigError(f"config key 'rollout.top_p' must be in (0, 1], got {cfg.rollout.top_p}")
     if cfg.rollout.temperature <= 0:

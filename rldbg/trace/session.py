@@ -108,6 +108,12 @@ def _revive():
     return collector
 
 
+def check_path_free(path: str) -> None:
+    """RuntimeError (one line) when a live run is writing the trace at `path` (callers validating a
+    config ask before starting anything)."""
+    _check_spill_free(spill_dir_for(os.path.abspath(path)))
+
+
 def _check_spill_free(spill: str) -> None:
     """Two live runs must not share a spill: the second would wipe the first's events."""
     from rldbg.trace.spill import meta_path
