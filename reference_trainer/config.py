@@ -436,7 +436,7 @@ def validate(cfg: Config) -> None:
     if cfg.trace.path and not cfg.trace.path.endswith((".json", ".json.gz")):
         raise ConfigError(f"config key 'trace.path' is {cfg.trace.path!r}; it must end in .json or .json.gz")
     import os
-    if not os.environ.get("RAY_ADDRESS"):
+    if os.environ.get("RAY_ADDRESS", "local") == "local":   # the embedded cluster: its size is known now
         check_fits(cfg, {"CPU": cfg.resources.ray_num_cpus, "GPU": float("inf")}, f"the embedded cluster (resources.ray_num_cpus="
                                                              f"{cfg.resources.ray_num_cpus})")
     _check_debug(cfg)

@@ -16,7 +16,7 @@ def start_ray(num_cpus: int) -> bool:
     so the caller must shut down; False when Ray was already initialised by the caller."""
     if ray.is_initialized():
         return False
-    if os.environ.get("RAY_ADDRESS"):
+    if os.environ.get("RAY_ADDRESS", "local") != "local":   # RAY_ADDRESS=local means a new cluster too
         ctx = ray.init(log_to_driver=True)  # ray.shutdown() later only disconnects
     else:
         # address="local": without it Ray joins the newest `ray start` cluster on this machine

@@ -247,8 +247,9 @@ def test_bad_trainer_input_fails_in_one_line_before_any_work(tmp_path, args, nam
     bad.write_text("actor:\n  lr: [1\n")
     args = [str(bad) if a == "BAD_YAML" else a for a in args]
     t0 = time.monotonic()
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
     r = subprocess.run([sys.executable, "-m", "reference_trainer", *args, f"trainer.run_dir={tmp_path}/run"],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert r.returncode == 2 and names in _one_line(r.stderr), r.stderr
     assert not (tmp_path / "run").exists() and time.monotonic() - t0 < 60
 
@@ -344,3 +345,33 @@ def test_a_new_trace_on_a_used_path_starts_fresh_and_a_live_one_is_refused(ray_c
     (spill / "meta.json").write_text("[]")
     with pytest.raises(SpillError, match="meta.json: damaged"):
         read_meta(str(spill))
+
+
+def test_top_once_reads_up_to_the_newest_event_of_every_worker(ray_cluster, tmp_path):
+    """One poll used to read only the first page of the backlog: the header's step advanced, the
+    rows did not. --once (catch_up) reads every page up to the newest event."""
+    import rldbg.control
+    from rldbg.tui.data import FIRST_PAGE, LiveSource
+    rldbg.trace.start(str(tmp_path / "top.json"), memory_hz=0, flush_interval=0.1)
+    info = rldbg.control.start()
+    try:
+        ws = [Emitter.remote("actor", r) for r in range(2)]
+        ray.get([w.emit.remote(30_000, name=f"bulk{r}") for r, w in enumerate(ws)])
+        ray.get([w.emit.remote(1, name=f"newest{r}") for r, w in enumerate(ws)])
+        until(lambda: rldbg.control.hub_handle() and ray.get(rldbg.trace.collector_handle().stats.remote())
+              ["events"] >= 60_002, "every event at the collector", limit=30)
+        stale = LiveSource(ray_cluster, info["run"], info["token"]).poll()
+        assert len(stale.events) == FIRST_PAGE and stale.behind > 0   # what a plain first poll sees
+        name = lambda e: e[2] if isinstance(e, (list, tuple)) else e.get("name")  # noqa: E731
+        assert not {"newest0", "newest1"} & {name(e) for e in stale.events}
+        src = LiveSource(ray_cluster, info["run"], info["token"])
+        src.catch_up = True
+        snap = src.poll()
+        names = {name(e) for e in snap.events}
+        assert snap.status == "connected" and snap.behind == 0
+        assert {"newest0", "newest1"} <= names, names
+    finally:
+        rldbg.control.stop()
+        rldbg.trace.stop(export=False)
+        for w in ws:
+            ray.kill(w)

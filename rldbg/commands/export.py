@@ -32,6 +32,7 @@ def _spill_from_cluster(address: str, name: str | None) -> str:
                 raise SystemExit(f"rldbg export: found {len(names)} collectors {names}; pick one with --collector")
             name = names[0]
         handle = ray.get_actor(name, namespace=NAMESPACE)
+        print(f"rldbg export: collector {name} on the Ray cluster at {address}", file=sys.stderr)
         # The collector flushes each batch to disk on arrival; export reads the same files.
         return ray.get(handle.stats.remote(), timeout=30)["spill_dir"]
     finally:
