@@ -15,6 +15,7 @@ passes the gap to close().
 """
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
 
@@ -44,15 +45,22 @@ class Collector:
     def config(self) -> dict:
         return self.meta
 
-    def ingest(self, meta: dict, events: list) -> int:
+    def ingest(self, meta: dict, events) -> int:
+        """One batch: `events` is a list of event lists, or (what shippers send) the JSON array of
+        them as bytes with the count in meta["n"], written to the spill as is."""
         if self.writer.f is None:   # closed by stop(): late batches are not part of this trace
             return -1                # recorder.CLOSED: the sender goes quiet
+        raw = isinstance(events, (bytes, bytearray))
+        n = int(meta.get("n", 0)) if raw else len(events)
         key = f"{meta.get('host')}:{meta.get('pid')}"
         p = self.procs.setdefault(key, {"events": 0, "batches": 0, "dropped": 0, "lost": {}})
         changed = meta.get("lost") != p["lost"] or meta.get("final")
-        if events or changed:   # heartbeats without news are not worth a spill line
-            self.writer.write(dict(meta, events=events))
-        p["events"] += len(events)
+        if n or changed:   # heartbeats without news are not worth a spill line
+            if raw:
+                self.writer.write_raw({k: v for k, v in meta.items() if k != "n"}, events)
+            else:
+                self.writer.write(dict(meta, events=events))
+        p["events"] += n
         p["batches"] += 1
         p["dropped"] = max(p["dropped"], meta.get("dropped", 0))
         p["lost"] = meta.get("lost") or p["lost"]
@@ -62,24 +70,25 @@ class Collector:
         for k in ("role", "rank"):
             if meta.get(k) is not None:
                 p[k] = meta[k]
-        if events:
-            self.live.append((self.total, events))
-            self.total += len(events)
-            self.n_live += len(events)
-            while self.n_live - len(self.live[0][1]) >= LIVE_KEEP:
-                self.n_live -= len(self.live.popleft()[1])
+        if n:
+            self.live.append((self.total, n, events))   # bytes are decoded only if someone reads them
+            self.total += n
+            self.n_live += n
+            while self.n_live - self.live[0][1] >= LIVE_KEEP:
+                self.n_live -= self.live.popleft()[1]
             self.last_ingest_ns = time.time_ns()
-        return len(events)
+        return n
 
     def events_since(self, cursor: int = 0, limit: int = 50_000) -> tuple[int, list]:
         """Events after `cursor` (a count of events ever received) and the cursor to pass next."""
         out = []
         base = self.live[0][0] if self.live else self.total
         cursor = max(cursor, base)
-        for start, evs in self.live:
-            end = start + len(evs)
-            if end <= cursor:
+        for start, n, evs in self.live:
+            if start + n <= cursor:
                 continue
+            if isinstance(evs, (bytes, bytearray)):
+                evs = json.loads(evs)
             take = evs[cursor - start: cursor - start + limit - len(out)]
             out.extend(take)
             cursor += len(take)

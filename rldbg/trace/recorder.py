@@ -16,6 +16,7 @@ normally sends a last batch marked final (atexit).
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import socket
 import threading
@@ -65,6 +66,14 @@ class Recorder:
         if self.dropped:
             out[BUFFER_FULL] = self.dropped
         return out
+
+
+_encode_str = json.JSONEncoder(separators=(",", ":"), default=str).encode
+
+
+def _encode(batch: list) -> bytes:
+    """The batch's events as the JSON array the spill stores (unknown types as str)."""
+    return _encode_str(batch).encode("utf-8", "surrogatepass")
 
 
 def _identity() -> dict:
@@ -180,7 +189,11 @@ class Shipper:
                             break   # the rest ships next round; the buffer bounds what waits
                         continue
                     batch = self.rec.drain()
-                    self.inflight.append((self.collector.ingest.remote(self._meta(), batch), len(batch)))
+                    # Encoded here, not in the collector: N processes share the JSON work and the
+                    # one collector only appends bytes, so it keeps up with many producers.
+                    payload = _encode(batch)
+                    self.inflight.append((self.collector.ingest.remote(dict(self._meta(), n=len(batch)), payload),
+                                          len(batch)))
                     self.rec.recorded += len(batch)
                 if self.gone and self.rec.buf:
                     self.rec.lose(COLLECTOR_GONE, len(self.rec.drain(len(self.rec.buf))))
