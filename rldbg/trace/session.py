@@ -98,6 +98,9 @@ def _revive():
     except Exception:
         pass
     try:
+        # A process killed under Ray keeps its actor's name until Ray is told it is dead.
+        ray.kill(_session["collector"], no_restart=True)
+        _wait_name_released(ray, _session["config"]["job_id"], timeout=5.0)
         collector = _new_collector(ray, _session["spill"], _session["config"], resume=True)
     except Exception:
         return None   # the old name is not released yet: the shipper asks again shortly
