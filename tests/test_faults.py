@@ -296,38 +296,43 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def test_two_runs_at_once_each_keep_their_hub_and_are_watched_by_run(tmp_path):
-    env = dict(os.environ, RLDBG_HOME=str(tmp_path / "home"))
-    env.pop("RAY_DASHBOARD_ADDRESS", None)
-    env.pop("RAY_ADDRESS", None)
-    procs = [subprocess.Popen([sys.executable, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=env) for _ in range(2)]
+def test_two_runs_at_once_each_keep_their_hub_and_are_watched_by_run(ray_cluster, tmp_path, monkeypatch):
+    """This process's run on the session cluster and a second driver with its own fresh embedded
+    cluster: both are job 01000000, as every fresh cluster's first job is."""
+    import rldbg.control
+    home = tmp_path / "home"
+    monkeypatch.setenv("RLDBG_HOME", str(home))
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
+    other = subprocess.Popen([sys.executable, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=env)
+    mine = rldbg.control.start()
     try:
-        runs = [p.stdout.readline().split() for p in procs]
-        assert all(len(r) == 2 for r in runs), runs
+        theirs = other.stdout.readline().split()
+        assert len(theirs) == 2, theirs
+        runs = [(mine["run"], mine["job_id"]), tuple(theirs)]
         assert runs[0][1] == runs[1][1] == "01000000"   # same job id: the hub files must not collide
         assert runs[0][0] != runs[1][0]
-        homes = sorted(p.name for p in (tmp_path / "home").glob("hub-*.json"))
-        assert homes == sorted(f"hub-{r[0]}.json" for r in runs)
-        for run, _ in runs:
+        assert sorted(p.name for p in home.glob("hub-*.json")) == sorted(f"hub-{r}.json" for r, _ in runs)
+        for run, _ in runs:   # each found on its own cluster, from its own hub file
             r = _cli("top", "--job", run, "--once", env=env, timeout=60)
             assert r.returncode == 0, r.stdout + r.stderr
             assert f"rldbg top: run {run}" in r.stdout and "hub http://127.0.0.1:" in r.stdout, r.stdout
             assert f"(from hub file of run {run})" in r.stderr
+            assert (f"cluster at {ray_cluster} " in r.stderr) == (run == mine["run"]), r.stderr
         r = _cli("top", "--once", env=env, timeout=60)   # which one? never a silent pick
         assert r.returncode == 2 and all(run in r.stderr for run, _ in runs), r.stderr
-        procs[0].stdin.close()
-        assert procs[0].wait(timeout=60) == 0
-        # the first run's exit removed its own hub file only (it used to delete the other's)
-        assert [p.name for p in (tmp_path / "home").glob("hub-*.json")] == [f"hub-{runs[1][0]}.json"]
+        other.stdin.close()
+        assert other.wait(timeout=60) == 0
+        # the other run's exit removed its own hub file only (it used to delete ours)
+        assert [p.name for p in home.glob("hub-*.json")] == [f"hub-{mine['run']}.json"]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.stdin.close()
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        rldbg.control.stop()
+        if other.poll() is None:
+            other.stdin.close()
+            try:
+                other.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                other.kill()
 
 
 def test_a_new_trace_on_a_used_path_starts_fresh_and_a_live_one_is_refused(ray_cluster, tmp_path):
