@@ -354,6 +354,17 @@ def _check_debug(cfg: Config) -> None:
             parse(str(item), known_roles=roles, known_methods=methods)
         except SpecError as e:
             raise ConfigError(f"debug.breakpoints: {e}") from None
+    import os
+    env = os.environ.get("RLDBG_BREAKPOINTS", "")   # passed on to every worker (see worker_env)
+    for item in filter(str.strip, env.split(";")):
+        try:
+            parse(item, known_roles=roles, known_methods=methods or _known_methods(cfg))
+        except SpecError as e:
+            raise ConfigError(f"$RLDBG_BREAKPOINTS: {e}") from None
+    try:
+        parse_ranks(os.environ.get("RLDBG_LISTEN_RANKS") or None, "$RLDBG_LISTEN_RANKS")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     for key in ("debug.listen_roles", "profile.roles"):
         for role in _get(cfg, key):
             if str(role) != "*" and str(role) not in roles:
