@@ -21,7 +21,6 @@ import ray  # noqa: E402
 
 import rldbg  # noqa: E402
 from rldbg import instrument as ri  # noqa: E402
-from rldbg.trace import runtime  # noqa: E402
 from rldbg.trace.load import TraceFileError, load_trace  # noqa: E402
 from rldbg.trace.spill import SpillError, SpillWriter, iter_batches, read_meta  # noqa: E402
 

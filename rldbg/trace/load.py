@@ -9,7 +9,6 @@ events with one note per kind of damage; load_events() is the same without the n
 """
 from __future__ import annotations
 
-import gzip  # noqa: F401  (kept for callers that import it from here)
 import json
 import os
 import zlib
