@@ -48,11 +48,13 @@ class Collector:
     def ingest(self, meta: dict, events) -> int:
         """One batch: `events` is a list of event lists, or (what shippers send) the JSON array of
         them as bytes with the count in meta["n"], written to the spill as is."""
+        key = f"{meta.get('host')}:{meta.get('pid')}"
         if self.writer.f is None:   # closed by stop(): late batches are not part of this trace
+            if key in self.procs:
+                self.procs[key]["told_closed"] = True
             return -1                # recorder.CLOSED: the sender goes quiet
         raw = isinstance(events, (bytes, bytearray))
         n = int(meta.get("n", 0)) if raw else len(events)
-        key = f"{meta.get('host')}:{meta.get('pid')}"
         p = self.procs.setdefault(key, {"events": 0, "batches": 0, "dropped": 0, "lost": {}})
         changed = meta.get("lost") != p["lost"] or meta.get("final")
         if n or changed:   # heartbeats without news are not worth a spill line
@@ -96,6 +98,12 @@ class Collector:
                 break
         return cursor, out
 
+    def all_told_closed(self, silent: list) -> bool:
+        """Every process still running has heard that this trace is over (so it detaches at once
+        and a later trace finds it free), the silent ones aside."""
+        gone = {s["process"] for s in silent}
+        return all(p.get("final") or p.get("told_closed") or k in gone for k, p in self.procs.items())
+
     def stats(self) -> dict:
         return {"events": self.total, "processes": dict(self.procs),
                 "dropped": sum(p["dropped"] for p in self.procs.values()),
@@ -130,6 +138,8 @@ class Collector:
                 self.writer.write({"pid": "rldbg", "host": "collector", "dropped": 0, "events": evs})
             self.writer.close()
             self._losses = losses
+        elif getattr(self, "_losses", None) is not None:
+            return {"told_closed": self.all_told_closed(self._losses["silent"])}
         return dict(self.stats(), losses=getattr(self, "_losses", None))
 
     def _loss_events(self, losses: dict) -> list:

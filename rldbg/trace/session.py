@@ -173,6 +173,11 @@ def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
             time.sleep(min(interval, 0.2))
         closed = ray.get(collector.close.remote(asked, _session["gaps"]), timeout=30)
         _last_losses = closed.get("losses")
+        # Before the collector goes: each live process's next heartbeat hears "closed" and detaches
+        # at once, so the first events of a later trace are not spent on this one.
+        until = time.monotonic() + interval + 0.5
+        while time.monotonic() < until and not ray.get(collector.close.remote(), timeout=10).get("told_closed"):
+            time.sleep(min(interval, 0.1))
         ray.kill(collector)
         _wait_name_released(ray, _session["config"]["job_id"])
     except Exception as e:
