@@ -106,7 +106,8 @@ def select_runs(runs: list[dict], job: str | None) -> list[dict]:
 
 
 def describe(runs: list[dict]) -> str:
-    return "; ".join(f"{r.get('run')} (dashboard {r.get('dashboard') or '?'}, hub {r.get('url')})" for r in runs)
+    return "; ".join(f"{r.get('run')} (" + (f"dashboard {r['dashboard']}, " if r.get("dashboard") else "")
+                     + f"hub {r.get('url')})" for r in runs)
 
 
 def ray_session_dashboard(session_dir: str = RAY_SESSION_LATEST) -> str | None:
@@ -135,8 +136,8 @@ def resolve_dashboard(address: str | None = None, job: str | None = None) -> tup
     runs = [r for r in select_runs(read_hub_files(), job) if r.get("dashboard")]
     dashboards = sorted({r["dashboard"] for r in runs})
     if len(dashboards) == 1:
-        which = runs[-1]["run"] if len(runs) == 1 else f"{len(runs)} runs"
-        return resolve_address(dashboards[0]), f"hub file of run {which}"
+        which = f"hub file of run {runs[-1]['run']}" if len(runs) == 1 else f"hub files of {len(runs)} runs"
+        return resolve_address(dashboards[0]), which
     if len(dashboards) > 1:
         raise RunChoiceError(f"{len(runs)} runs on this machine use different Ray clusters: {describe(runs)}; "
                              "pick one with --job RUN or --address URL")
