@@ -21,7 +21,11 @@ def main(argv=None) -> int:
         return 2
     from reference_trainer.trainer import fit
 
-    history = fit(cfg)
+    try:
+        history = fit(cfg)
+    except ConfigError as e:   # the cluster cannot hold the run (checked before anything waits)
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
     if history:
         last = history[-5:]
         mean = sum(r["reward/mean"] for r in last) / len(last)

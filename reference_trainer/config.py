@@ -208,7 +208,11 @@ def _set(cfg, dotted: str, raw, from_text: bool) -> None:
             for k, v in raw.items():
                 _set(cfg, f"{dotted}.{k}", v, from_text)
             return
-        value = yaml.safe_load(raw) if from_text and isinstance(raw, str) else raw
+        try:
+            value = yaml.safe_load(raw) if from_text and isinstance(raw, str) else raw
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {dotted}={raw!r} is not a valid YAML value ({_yaml_problem(e)}); "
+                              "quote strings, e.g. 'debug.breakpoints=[\"actor.update_actor@rank=1\"]'") from None
         setattr(node, f.name, _coerce(dotted, value, hint))
 
 
@@ -270,11 +274,130 @@ def load_config(preset: str | None = None, path: str | None = None, overrides=()
 def _apply_yaml(cfg: Config, file: Path) -> None:
     if not file.exists():
         raise ConfigError(f"config file {str(file)!r} does not exist")
-    data = yaml.safe_load(file.read_text()) or {}
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(file)!r} is not valid YAML: {_yaml_problem(e)}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {str(file)!r} cannot be read as text: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(file)!r} must hold a mapping of sections")
     for k, v in data.items():
         _set(cfg, k, v, from_text=False)
+
+
+def _yaml_problem(e) -> str:
+    mark = getattr(e, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{getattr(e, 'problem', None) or str(e).splitlines()[0]}{where}"
+
+
+# key -> (lowest accepted, whether it is accepted itself); checked after the type coercion.
+BOUNDS = {
+    "trainer.total_steps": (1, True), "trainer.save_every": (0, True), "trainer.log_every": (1, True),
+    "sft.steps": (0, True), "sft.batch_size": (1, True), "sft.lr": (0, False),
+    "critic.warmup_steps": (0, True), "actor.weight_decay": (0, True), "actor.entropy_coef": (0, True),
+    "actor.clip_low": (0, True), "actor.clip_high": (0, True), "actor.grad_clip": (0, False),
+    "critic.grad_clip": (0, False), "critic.value_clip": (0, False),
+    "resources.cpus_per_rank": (0, True), "resources.gpus_per_rank": (0, True),
+    "resources.threads_per_rank": (1, True), "resources.ray_num_cpus": (1, True),
+    "trace.memory_hz": (0, True), "trace.flush_s": (0, False), "debug.pg_timeout_s": (0, False),
+    "control.port": (0, True), "control.gate_timeout_s": (0, False),
+    "algorithm.gamma": (0, True), "algorithm.lam": (0, True), "data.seed": (0, True),
+}
+
+
+def _get(cfg, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def roles_of(cfg: Config) -> list[str]:
+    """The roles this config runs (breakpoint, listen and profile specs may only name these)."""
+    return ["actor", "reward"] + (["critic"] if cfg.algorithm.adv_estimator == "gae" else [])
+
+
+def required_resources(cfg: Config) -> dict:
+    """CPU/GPU the run's placement groups reserve, all pools together (GPU only on cuda)."""
+    r = cfg.resources
+    pools = 1 + (r.critic_pool == "own" and cfg.algorithm.adv_estimator == "gae") + (r.reward_pool == "own")
+    gpu_pools = 1 + (r.critic_pool == "own" and cfg.algorithm.adv_estimator == "gae")
+    return {"CPU": pools * r.n_ranks * r.cpus_per_rank, "GPU": gpu_pools * r.n_ranks * r.gpus_per_rank}
+
+
+def check_fits(cfg: Config, cluster: dict, where: str) -> None:
+    """ConfigError (one line) when the run can never be placed on `cluster`'s total resources:
+    asked before anything waits for a placement group."""
+    need = required_resources(cfg)
+    r = cfg.resources
+    uses_gpu = r.device == "cuda" or (r.device == "auto" and cluster.get("GPU", 0) > 0)
+    for kind in ("CPU", "GPU") if uses_gpu else ("CPU",):
+        have = float(cluster.get(kind, 0))
+        if need[kind] > have + 1e-9:
+            per = r.cpus_per_rank if kind == "CPU" else r.gpus_per_rank
+            key = "cpus_per_rank" if kind == "CPU" else "gpus_per_rank"
+            raise ConfigError(
+                f"resources.n_ranks={r.n_ranks} × resources.{key}={per:g} needs {need[kind]:g} {kind} "
+                f"but {where} has {have:g}; lower resources.n_ranks or resources.{key}"
+                + (", or raise resources.ray_num_cpus" if kind == "CPU" and "embedded" in where else ""))
+
+
+def _check_debug(cfg: Config) -> None:
+    """Breakpoint, listen and profile specs fail here, on the driver, before any worker starts."""
+    from rldbg.debug.registry import parse_ranks
+    from rldbg.debug.specs import SpecError, parse
+    from rldbg.profilers.spec import ProfileSpecError, to_env
+
+    roles = roles_of(cfg)
+    methods = _known_methods(cfg) if cfg.debug.breakpoints else None
+    for item in cfg.debug.breakpoints:
+        try:
+            parse(str(item), known_roles=roles, known_methods=methods)
+        except SpecError as e:
+            raise ConfigError(f"debug.breakpoints: {e}") from None
+    import os
+    env = os.environ.get("RLDBG_BREAKPOINTS", "")   # passed on to every worker (see worker_env)
+    for item in filter(str.strip, env.split(";")):
+        try:
+            parse(item, known_roles=roles, known_methods=methods or _known_methods(cfg))
+        except SpecError as e:
+            raise ConfigError(f"$RLDBG_BREAKPOINTS: {e}") from None
+    try:
+        parse_ranks(os.environ.get("RLDBG_LISTEN_RANKS") or None, "$RLDBG_LISTEN_RANKS")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    for key in ("debug.listen_roles", "profile.roles"):
+        for role in _get(cfg, key):
+            if str(role) != "*" and str(role) not in roles:
+                raise ConfigError(f"config key {key!r} names role {role!r}; this run's roles: {', '.join(roles)}"
+                                  + (" or *" if key == "debug.listen_roles" else ""))
+    try:
+        parse_ranks(",".join(map(str, cfg.debug.listen_ranks)) or None, "debug.listen_ranks")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    for key in ("debug.listen_ranks", "profile.ranks"):
+        bad = [x for x in _get(cfg, key) if str(x).isdigit() and int(x) >= cfg.resources.n_ranks]
+        if bad:
+            raise ConfigError(f"config key {key!r} names rank {bad[0]} but resources.n_ranks={cfg.resources.n_ranks} "
+                              f"(ranks 0-{cfg.resources.n_ranks - 1})")
+    p = cfg.profile
+    if p.roles or p.ranks or p.steps:
+        try:
+            to_env(p.dir or "tb", roles=p.roles, ranks=p.ranks, steps=p.steps, run="check")
+        except ProfileSpecError as e:
+            raise ConfigError(f"profile: {e}") from None
+
+
+def _known_methods(cfg: Config) -> list[str] | None:
+    try:
+        from reference_trainer.single_controller.decorator import registered_methods
+        from reference_trainer.workers.critic import CriticWorker
+        from reference_trainer.workers.hybrid import ActorRolloutRefWorker
+        from reference_trainer.workers.reward import RewardWorker
+    except Exception:
+        return None   # cannot import the workers here: roles are still checked
+    classes = {"actor": ActorRolloutRefWorker, "critic": CriticWorker, "reward": RewardWorker}
+    return sorted({m for role in roles_of(cfg) for m in registered_methods(classes[role])})
 
 
 def validate(cfg: Config) -> None:
@@ -308,6 +431,33 @@ def validate(cfg: Config) -> None:
                 f"{role}.mini_batch_size={sec.mini_batch_size} is smaller than resources.n_ranks={n}: "
                 f"some ranks would get no sample; raise {role}.mini_batch_size or lower resources.n_ranks"
             )
+    for role in roles:
+        sec = getattr(cfg, role)
+        if sec.micro_batch_size > sec.mini_batch_size:
+            raise ConfigError(f"{role}.micro_batch_size={sec.micro_batch_size} is larger than "
+                              f"{role}.mini_batch_size={sec.mini_batch_size}; it must be ≤ the mini-batch")
+    for key, (low, inclusive) in BOUNDS.items():
+        value = _get(cfg, key)
+        if value < low or (value == low and not inclusive):
+            raise ConfigError(f"config key {key!r} must be {'≥' if inclusive else '>'} {low}, got {value!r}")
+    if cfg.control.port > 65535:
+        raise ConfigError(f"config key 'control.port' must be in 0..65535 (0 picks a free port), got {cfg.control.port}")
+    for key in ("algorithm.gamma", "algorithm.lam", "rollout.gpu_memory_utilization"):
+        if not 0 <= _get(cfg, key) <= 1:
+            raise ConfigError(f"config key {key!r} must be in [0, 1], got {_get(cfg, key)!r}")
+    if cfg.trace.path and not cfg.trace.path.endswith((".json", ".json.gz")):
+        raise ConfigError(f"config key 'trace.path' is {cfg.trace.path!r}; it must end in .json or .json.gz")
+    import os
+    if os.environ.get("RAY_ADDRESS", "local") == "local":   # the embedded cluster: its size is known now
+        check_fits(cfg, {"CPU": cfg.resources.ray_num_cpus, "GPU": float("inf")}, f"the embedded cluster (resources.ray_num_cpus="
+                                                             f"{cfg.resources.ray_num_cpus})")
+    _check_debug(cfg)
+    if cfg.trace.enabled or cfg.trace.path:
+        from rldbg.trace.session import check_path_free
+        try:
+            check_path_free(cfg.trace.path or str(Path(cfg.trainer.run_dir) / "trace.json.gz"))
+        except RuntimeError as e:
+            raise ConfigError(str(e)) from None
     if not 0 < cfg.rollout.top_p <= 1:
         raise ConfigError(f"config key 'rollout.top_p' must be in (0, 1], got {cfg.rollout.top_p}")
     from reference_trainer.metrics_log import LOGGERS

@@ -16,10 +16,12 @@ def start_ray(num_cpus: int) -> bool:
     so the caller must shut down; False when Ray was already initialised by the caller."""
     if ray.is_initialized():
         return False
-    if os.environ.get("RAY_ADDRESS"):
+    if os.environ.get("RAY_ADDRESS", "local") != "local":   # RAY_ADDRESS=local means a new cluster too
         ctx = ray.init(log_to_driver=True)  # ray.shutdown() later only disconnects
     else:
-        ctx = ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1",
+        # address="local": without it Ray joins the newest `ray start` cluster on this machine
+        # (/tmp/ray/ray_current_cluster) and fails on num_cpus; a run must get its own cluster.
+        ctx = ray.init(address="local", num_cpus=num_cpus, _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1",
                        include_dashboard=True, log_to_driver=True)
     if ctx.dashboard_url:  # rldbg's tools in this process find the dashboard here
         url = ctx.dashboard_url

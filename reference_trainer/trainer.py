@@ -25,6 +25,7 @@ from reference_trainer.workers.hybrid import load_tokenizer_for
 def fit(cfg: Config) -> list[dict]:
     """Train; returns the per-step metric records (also in <run_dir>/metrics.jsonl)."""
     started = start_ray(cfg.resources.ray_num_cpus)
+    _check_cluster(cfg, started)
     trace_path = _start_tracing(cfg)
     control = _start_control(cfg)
     groups, history = {}, []
@@ -141,6 +142,18 @@ def worker_env(cfg: Config) -> dict:
     return env
 
 
+def _check_cluster(cfg: Config, started: bool) -> None:
+    """Impossible resources fail in one line now, not after a placement group's 60 s wait."""
+    import ray
+
+    from reference_trainer.config import check_fits
+    try:
+        check_fits(cfg, ray.cluster_resources(), "the Ray cluster")
+    except Exception:
+        stop_ray(started)
+        raise
+
+
 def profile_dir(cfg: Config) -> str:
     return cfg.profile.dir or str(Path(cfg.trainer.run_dir).resolve() / "tb")
 
@@ -151,7 +164,8 @@ def _start_control(cfg: Config) -> bool:
     import rldbg.control
 
     info = rldbg.control.start(port=cfg.control.port, gate_timeout_s=cfg.control.gate_timeout_s)
-    print(f"rldbg control hub at {info['url']} (token in {info['file']}); watch with `rldbg top`", flush=True)
+    print(f"rldbg control hub at {info['url']} (token in {info['file']}); watch with `rldbg top --job {info['run']}`",
+          flush=True)
     return True
 
 
@@ -174,5 +188,5 @@ def _stop_tracing(path: str | None) -> None:
 
     out = rldbg.trace.stop()
     if out:
-        print(f"trace written to {out} (open it at ui.perfetto.dev, or `rldbg report {out}`)", flush=True)
+        print(f"{rldbg.trace.loss_line(out)} (open it at ui.perfetto.dev, or `rldbg report {out}`)", flush=True)
 

@@ -40,9 +40,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(_load(args.command).run(args) or 0)
+        rc = int(_load(args.command).run(args) or 0)
+        sys.stdout.flush()   # a closed pipe shows up here, inside the handler, not at exit
+        return rc
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `rldbg report T | head`: the reader left; end quietly as other tools do (128 + SIGPIPE).
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def _load(cmd: str):

@@ -16,7 +16,8 @@ def small_trainer(run_dir):
     """Yields (cfg, groups, prompt source); the groups are shut down on exit."""
     cfg = load_config("demo", overrides=[f"trainer.run_dir={run_dir}", "trace.enabled=false",
                                          "sft.steps=0", "trainer.progress=false", "data.prompts_per_step=4",
-                                         "data.group_size=4", "actor.mini_batch_size=16", "critic.mini_batch_size=16"])
+                                         "data.group_size=4", "actor.mini_batch_size=16", "critic.mini_batch_size=16",
+                                         "actor.micro_batch_size=8", "critic.micro_batch_size=8"])
     groups = build_role_groups(cfg)
     try:
         for g in groups.values():

@@ -162,7 +162,11 @@ def test_hub_file_is_private_and_discovery_finds_the_hub_through_the_dashboard(h
     assert str(path) == hub["file"]
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     saved = json.loads(path.read_text())
-    assert saved == {"url": hub["url"], "token": hub["token"], "job_id": hub["job_id"], "pid": os.getpid()}
+    assert {k: saved[k] for k in ("url", "token", "job_id", "pid")} == {
+        "url": hub["url"], "token": hub["token"], "job_id": hub["job_id"], "pid": os.getpid()}
+    # keyed by run, not job id alone: every fresh embedded cluster's first job is 01000000
+    assert saved["run"] == f"{hub['job_id']}-{os.getpid()}" and path.name == f"hub-{saved['run']}.json"
+    assert saved["dashboard"] == ray_cluster
     found = [h for h in discover(ray_cluster) if h["job_id"] == hub["job_id"]]
     assert len(found) == 1 and found[0]["url"] == hub["url"] and found[0]["token"] == hub["token"]
     assert HubClient.from_discovery(ray_cluster, job_id=hub["job_id"]).state()["job_id"] == hub["job_id"]

@@ -111,7 +111,8 @@ def trainer(ray_cluster, tmp_path_factory):
     cfg = load_config("demo", overrides=[
         f"trainer.run_dir={run_dir}", "trace.enabled=false", "sft.steps=0", "trainer.progress=false",
         "data.prompts_per_step=4", "data.group_size=4", "actor.mini_batch_size=16",
-        "critic.mini_batch_size=16", "debug.listen_roles=[actor]", "debug.pg_timeout_s=300"])
+        "critic.mini_batch_size=16", "actor.micro_batch_size=8", "critic.micro_batch_size=8",
+        "debug.listen_roles=[actor]", "debug.pg_timeout_s=300"])
     groups = build_role_groups(cfg, worker_env(cfg))
     try:
         for name in ("actor", "reward", "critic"):

@@ -33,6 +33,7 @@ def _groups(tmp_path, *extra):
     cfg = load_config("demo", overrides=[
         f"trainer.run_dir={tmp_path}", "trace.enabled=false", "sft.steps=0", "trainer.progress=false",
         "data.prompts_per_step=4", "data.group_size=2", "actor.mini_batch_size=8", "critic.mini_batch_size=8",
+        "actor.micro_batch_size=4", "critic.micro_batch_size=4",
         *extra])
     groups = build_role_groups(cfg, worker_env(cfg))
     for g in groups.values():

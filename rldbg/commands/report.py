@@ -1,10 +1,16 @@
-"""rldbg report TRACE [--json] [--html OUT.html]"""
+"""rldbg report TRACE [--json] [--html OUT.html]
+
+A truncated or damaged trace is still analysed (whatever could be read), but the first line
+says so and the exit status is 3, so a script never takes a partial report for a whole one.
+Losses the trace itself records (events dropped or never sent) are stated on the next line.
+"""
 from __future__ import annotations
 
 import json
 import sys
 
 HELP = "summarise a trace: time per role, stragglers, idle time, memory"
+DAMAGED_RC = 3
 
 
 def add_arguments(parser) -> None:
@@ -14,15 +20,48 @@ def add_arguments(parser) -> None:
                         help="also write a self-contained page with the same facts drawn as charts")
 
 
+def recorded_losses(events: list) -> str | None:
+    """One line from the trace's own loss records (see trace/collector.py), or None."""
+    summary = next((e.get("args") or {} for e in events if e.get("name") == "rldbg trace losses"), None)
+    if summary:
+        causes = ", ".join(f"{n} {c}" for c, n in sorted((summary.get("by_cause") or {}).items()))
+        silent = summary.get("silent") or []
+        parts = [p for p in (causes,
+                             f"{len(silent)} process(es) stopped reporting: {', '.join(silent)}" if silent else "",
+                             f"collector restarted {summary['collector_restarts']}x"
+                             if summary.get("collector_restarts") else "") if p]
+        return f"the trace records {summary.get('total_lost', 0)} events lost ({'; '.join(parts)})"
+    total = next(((e.get("args") or {}).get("total") for e in events
+                  if e.get("name") == "rldbg dropped events" and e.get("ph") == "C"), 0)
+    return f"the trace records {total} events dropped" if total else None
+
+
 def run(args) -> int:
-    from rldbg.trace.load import TraceFileError
+    from rldbg.trace.load import TraceFileError, load_trace
     from rldbg.trace.report import analyse, render
+    try:
+        events, notes = load_trace(args.trace)
+    except TraceFileError as e:
+        print(f"rldbg report: {e}", file=sys.stderr)
+        return 2
+    lost = recorded_losses(events)
+    if not args.json:
+        # First, before any figure: what the figures below cannot be trusted for.
+        if notes:
+            print(f"rldbg report: WARNING: {args.trace} is truncated/damaged ({'; '.join(notes)}); "
+                  "this report covers only what could be read")
+        if lost:
+            print(f"rldbg report: WARNING: {lost}")
+        sys.stdout.flush()
     try:
         result = analyse(args.trace)
     except TraceFileError as e:
         print(f"rldbg report: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(result, indent=1) if args.json else render(result))
+    if args.json:
+        print(json.dumps(dict(result, damage=notes, losses=lost), indent=1))
+    else:
+        print(render(result))
     if args.html:
         from rldbg.trace.html_report import write_html
         try:
@@ -31,4 +70,4 @@ def run(args) -> int:
             print(f"rldbg report: cannot write {args.html}: {e.strerror}", file=sys.stderr)
             return 2
         print(f"html report with {n} chart(s): {args.html}", file=sys.stderr if args.json else sys.stdout)
-    return 0
+    return DAMAGED_RC if notes else 0

@@ -1,8 +1,10 @@
 """`rldbg top [--address URL] [--job JOB] [--token T] [--once] [--refresh S]`: the live TUI.
 
-It finds the run's control hub through the Ray dashboard (start it before or after the run;
-with no hub yet it says "waiting for a run" and keeps looking). The hub's token comes from
-~/.rldbg/hub-<job>.json on the driver's machine, or --token / RLDBG_TOKEN.
+It finds the run's control hub through the run's Ray dashboard (discovery.resolve_dashboard: --address,
+else the dashboard in a live run's hub file, else the newest Ray session's; start it before or after
+the run: with no hub yet it says "waiting for a run" and keeps looking). With several runs in view it
+lists them and asks which one (or needs --job RUN when not on a terminal): it never picks one silently.
+The hub's token comes from ~/.rldbg/hub-<job>-<pid>.json on the driver's machine, or --token / RLDBG_TOKEN.
 --once prints the roles table and the gate state once, without a terminal UI (for scripts, CI logs).
 """
 from __future__ import annotations
@@ -15,8 +17,9 @@ HELP = "live TUI attached to the Ray dashboard"
 def add_arguments(parser) -> None:
     parser.add_argument("--address", help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS, an http "
                                           "$RAY_ADDRESS, or http://127.0.0.1:8265)")
-    parser.add_argument("--job", help="the run's Ray job id (default: the newest run with a hub)")
-    parser.add_argument("--token", help="the hub's token (default: $RLDBG_TOKEN or ~/.rldbg/hub-<job>.json)")
+    parser.add_argument("--job", help="the run: RUN (JOB-PID, as the driver prints it) or a Ray job id "
+                                      "(default: the only run in view; with several, a choice)")
+    parser.add_argument("--token", help="the hub's token (default: $RLDBG_TOKEN or ~/.rldbg/hub-<job>-<pid>.json)")
     parser.add_argument("--once", action="store_true", help="print one snapshot (roles + gate) and exit")
     parser.add_argument("--refresh", type=float, default=1.0, help="seconds between polls (default 1)")
 
@@ -28,10 +31,15 @@ def run(args) -> int:
     if not 0.05 <= args.refresh <= 60:
         print(f"rldbg top: --refresh {args.refresh} must be between 0.05 and 60 seconds", file=sys.stderr)
         return 2
+    from rldbg.control.discovery import RunChoiceError, resolve_dashboard
     try:
-        source = LiveSource(args.address, args.job, args.token)
+        address, origin = resolve_dashboard(args.address, args.job)
+        source = LiveSource(address, args.job, args.token)
         source.dash.get("/api/v0/actors", [("limit", "1")])   # fail fast, in one line, on a wrong address
-    except DashboardError as e:
+        print(f"rldbg top: cluster at {source.address} (from {origin})", file=sys.stderr, flush=True)
+        if args.job is None:
+            source.job = pick_run(source, interactive=not args.once and sys.stdin.isatty())
+    except (DashboardError, RunChoiceError) as e:
         print(f"rldbg top: {e}", file=sys.stderr)
         return 2
     if args.once:
@@ -42,15 +50,35 @@ def run(args) -> int:
     return 0
 
 
+def pick_run(source, interactive: bool) -> str | None:
+    """None when zero or one run is in view (the poll waits for / takes it); the chosen run's id
+    when several are; RunChoiceError when several are and nobody can be asked."""
+    from rldbg.control.discovery import RunChoiceError, describe, discover
+    hubs = discover(source.address)
+    if len(hubs) <= 1:
+        return None
+    if not interactive:
+        raise RunChoiceError(f"{len(hubs)} runs in the dashboard at {source.address}: {describe(hubs)}; "
+                             "pick one with --job RUN")
+    for i, h in enumerate(hubs, 1):
+        print(f"  {i}. run {h['run']}  hub {h['url']}" + ("" if h.get("token") else "  (no token here)"))
+    while True:
+        answer = input(f"watch which run [1-{len(hubs)}]? ").strip()
+        if answer.isdigit() and 1 <= int(answer) <= len(hubs):
+            return hubs[int(answer) - 1]["run"]
+        print(f"answer a number from 1 to {len(hubs)}")
+
+
 def once(source) -> int:
     from rldbg.tui.model import sort_filter
     from rldbg.tui.view import Model
     from rldbg.tui.widgets.roles import COLUMNS
     from rldbg.tui.widgets.stepper import gate_line
 
+    source.catch_up = True   # the newest state of every worker, not the first page of the backlog
     view = Model(source.address).update(source.poll())
     print(f"rldbg top: {view.message or view.status}" if view.status != "connected" else
-          f"rldbg top: job {view.job_id}  hub {view.hub_url}  step {view.state.get('step')}  "
+          f"rldbg top: run {source.job or view.job_id}  job {view.job_id}  hub {view.hub_url}  step {view.state.get('step')}  "
           f"calls done {view.state.get('calls_done')}")
     rows = [r.cells() for r in sort_filter(view.rows, "role", "")]
     widths = [max([len(c)] + [len(str(r[i])) for r in rows]) for i, c in enumerate(COLUMNS)]

@@ -6,7 +6,7 @@
     rldbg.control.stop()
 
 Security: the API listens on 127.0.0.1 by default and requires the per-run bearer token
-(random, written to ~/.rldbg/hub-<job_id>.json with mode 0600). Pass host="0.0.0.0" only on a
+(random, written to ~/.rldbg/hub-<job_id>-<driver pid>.json with mode 0600, see discovery.py). Pass host="0.0.0.0" only on a
 trusted network: anyone with the token can pause the run and export its trace.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ def start(port: int = 0, token: str | None = None, gate_timeout_s: float = 30.0,
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from rldbg.control.discovery import write_hub_file
+    from rldbg.control.discovery import run_id, write_hub_file
     from rldbg.control.hub import ControlHub
 
     if not ray.is_initialized():
@@ -54,12 +54,28 @@ def start(port: int = 0, token: str | None = None, gate_timeout_s: float = 30.0,
     except ray.exceptions.RayActorError as e:
         raise RuntimeError(f"the control hub for job {job} failed to start: {str(e).splitlines()[0]}") from None
     # pid is the driver's: a stale file (driver killed before stop()) names a process that is gone.
-    info = {"url": info["url"], "token": token, "job_id": job, "pid": os.getpid()}
+    info = {"url": info["url"], "token": token, "job_id": job, "pid": os.getpid(), **_cluster_identity(ray)}
     path = write_hub_file(info)
     gate.install(gate.DriverGate(hub, gate_timeout_s, poll_s))
-    _session.update(info, hub=hub, file=str(path))
+    _session.update(info, hub=hub, file=str(path), run=run_id(job))
     atexit.register(_at_exit)
-    return {"url": info["url"], "token": token, "job_id": job, "file": str(path)}
+    return {"url": info["url"], "token": token, "job_id": job, "file": str(path), "run": run_id(job)}
+
+
+def _cluster_identity(ray) -> dict:
+    """The run's own dashboard and Ray session, so CLI commands find this cluster, not :8265."""
+    out = {}
+    try:
+        url = ray._private.worker.get_dashboard_url()
+        if url:
+            out["dashboard"] = url if url.startswith("http") else f"http://{url}"
+    except Exception:
+        pass
+    try:
+        out["session"] = ray._private.worker.global_worker.node.session_name
+    except Exception:
+        pass
+    return out
 
 
 def stop() -> None:
@@ -88,7 +104,7 @@ def stop() -> None:
     except Exception:
         pass
     finally:
-        remove_hub_file(job)
+        remove_hub_file(job, _session.get("pid"))
         _session.clear()
 
 
@@ -98,7 +114,7 @@ def hub_handle():
 
 
 def info() -> dict | None:
-    return {k: _session[k] for k in ("url", "token", "job_id", "file")} if _session else None
+    return {k: _session[k] for k in ("url", "token", "job_id", "file", "run")} if _session else None
 
 
 def _at_exit() -> None:

@@ -1,31 +1,55 @@
-"""Finding hubs without Ray: the per-run hub file and the Ray dashboard.
+"""Finding runs without Ray: the per-run hub file, the run's own dashboard, and the hubs in it.
 
-~/.rldbg/hub-<job_id>.json holds {url, token, job_id, pid}; it is written 0600 (directory 0700)
-because the token is the only thing guarding the hub's API. The dashboard lists hub actors
-(class ControlHub, repr "rldbg-hub <url> job=<job_id>") but never the token.
+RLDBG_HOME (default ~/.rldbg)/hub-<job_id>-<driver pid>.json holds {run, url, token, job_id, pid,
+host, dashboard, session}; it is written 0600 (directory 0700) because the token is the only thing
+guarding the hub's API. Job ids are not unique on a machine (every fresh embedded cluster's first
+job is 01000000), so a run is named `<job_id>-<driver pid>` and hubs are matched to files by URL.
+The dashboard lists hub actors (class ControlHub, repr "rldbg-hub <url> job=<job_id>") but never
+the token.
+
+Which dashboard a CLI command talks to (resolve_dashboard): --address / RAY_DASHBOARD_ADDRESS / an
+http RAY_ADDRESS, else the dashboard recorded in the hub file of a live run on this machine (the
+one --job names, or the only one), else the newest Ray session's dashboard on this machine, else
+http://127.0.0.1:8265. It returns where the answer came from so commands can say which cluster
+they look at.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 from pathlib import Path
 
 REPR_PREFIX = "rldbg-hub "
 CLASS_NAME = "ControlHub"
+RAY_SESSION_LATEST = "/tmp/ray/session_latest"
+
+
+class RunChoiceError(ValueError):
+    """More than one run matches and nothing says which: the message lists them (one line)."""
 
 
 def hub_dir() -> Path:
     return Path(os.environ.get("RLDBG_HOME") or Path(os.environ.get("HOME", "~")).expanduser() / ".rldbg")
 
 
-def hub_file(job_id: str) -> Path:
-    return hub_dir() / f"hub-{job_id}.json"
+def run_id(job_id: str, pid: int | None = None) -> str:
+    return f"{job_id}-{pid if pid is not None else os.getpid()}"
+
+
+def hub_file(job_id: str, pid: int | None = None) -> Path:
+    return hub_dir() / f"hub-{run_id(job_id, pid)}.json"
 
 
 def write_hub_file(info: dict) -> Path:
-    path = hub_file(info["job_id"])
+    info = dict(info)
+    info.setdefault("pid", os.getpid())
+    info.setdefault("host", socket.gethostname())
+    info["run"] = run_id(info["job_id"], info["pid"])
+    path = hub_file(info["job_id"], info["pid"])
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(info, f)
@@ -34,21 +58,93 @@ def write_hub_file(info: dict) -> Path:
     return path
 
 
-def remove_hub_file(job_id: str) -> None:
+def remove_hub_file(job_id: str, pid: int | None = None) -> None:
     try:
-        hub_file(job_id).unlink()
+        hub_file(job_id, pid).unlink()
     except FileNotFoundError:
         pass
 
 
-def read_hub_files() -> list[dict]:
+def _alive(info: dict) -> bool:
+    """False only when the driver is known dead: same host and no such pid."""
+    if info.get("host") not in (None, socket.gethostname()) or not info.get("pid"):
+        return True
+    try:
+        os.kill(int(info["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, OverflowError):
+        return True
+    return True
+
+
+def read_hub_files(live_only: bool = True) -> list[dict]:
+    """Hub records, oldest first; with live_only, files of drivers that died are skipped."""
     out = []
-    for p in sorted(hub_dir().glob("hub-*.json")):
+    for p in hub_dir().glob("hub-*.json"):
         try:
-            out.append(json.loads(p.read_text()))
+            info = json.loads(p.read_text())
+            mtime = p.stat().st_mtime
         except (OSError, ValueError):
             continue
-    return out
+        if not isinstance(info, dict) or "job_id" not in info:
+            continue
+        info.setdefault("run", run_id(info["job_id"], info.get("pid", 0)))
+        info["file"], info["mtime"] = str(p), mtime
+        if live_only and not _alive(info):
+            continue
+        out.append(info)
+    return sorted(out, key=lambda i: i["mtime"])
+
+
+def select_runs(runs: list[dict], job: str | None) -> list[dict]:
+    """`job` is a run id (01000000-4242) or a job id (01000000; ambiguous when runs share it)."""
+    if job is None:
+        return runs
+    exact = [r for r in runs if r.get("run") == job]
+    return exact or [r for r in runs if r.get("job_id") == job]
+
+
+def describe(runs: list[dict]) -> str:
+    return "; ".join(f"{r.get('run')} (" + (f"dashboard {r['dashboard']}, " if r.get("dashboard") else "")
+                     + f"hub {r.get('url')})" for r in runs)
+
+
+def ray_session_dashboard(session_dir: str = RAY_SESSION_LATEST) -> str | None:
+    """The dashboard of the newest Ray session on this machine, from its dashboard log."""
+    try:
+        with open(os.path.join(session_dir, "logs", "dashboard.log"), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                m = re.search(r"Dashboard head http address: (\S+)", line)
+                if m:
+                    return "http://" + m.group(1)
+    except OSError:
+        pass
+    return None
+
+
+def resolve_dashboard(address: str | None = None, job: str | None = None) -> tuple[str, str]:
+    """(dashboard URL, where it came from). Raises RunChoiceError when several live runs on this
+    machine use different dashboards and neither `address` nor `job` picks one."""
+    from rldbg.dashboard import DEFAULT_ADDRESS, resolve_address
+    if address:
+        return resolve_address(address), "--address"
+    for var in ("RAY_DASHBOARD_ADDRESS", "RAY_ADDRESS"):
+        value = os.environ.get(var, "").strip()
+        if value and (var == "RAY_DASHBOARD_ADDRESS" or value.startswith(("http://", "https://"))):
+            return resolve_address(None), f"${var}"
+    runs = [r for r in select_runs(read_hub_files(), job) if r.get("dashboard")]
+    dashboards = sorted({r["dashboard"] for r in runs})
+    if len(dashboards) == 1:
+        which = f"hub file of run {runs[-1]['run']}" if len(runs) == 1 else f"hub files of {len(runs)} runs"
+        return resolve_address(dashboards[0]), which
+    if len(dashboards) > 1:
+        raise RunChoiceError(f"{len(runs)} runs on this machine use different Ray clusters: {describe(runs)}; "
+                             "pick one with --job RUN or --address URL")
+    found = ray_session_dashboard()
+    if found:
+        return resolve_address(found), f"the newest Ray session ({os.path.realpath(RAY_SESSION_LATEST)})"
+    return DEFAULT_ADDRESS, "the default address"
 
 
 def parse_repr(text: str) -> dict | None:
@@ -62,18 +158,26 @@ def parse_repr(text: str) -> dict | None:
 
 
 def discover(dashboard_address: str | None = None) -> list[dict]:
-    """Live hubs: [{url, job_id, token|None, pid?}], via the dashboard; the token comes from the
-    hub file when this machine has it. Raises DashboardError (one line) if the dashboard is down."""
+    """Live hubs of one cluster: [{url, job_id, run, token|None, pid?}], via its dashboard; the
+    token comes from the hub file with the same URL when this machine has it. Raises
+    DashboardError (one line) if the dashboard is down."""
     from rldbg.dashboard import Dashboard
 
-    files = {f.get("job_id"): f for f in read_hub_files()}
+    files = read_hub_files()
+    by_url = {f.get("url"): f for f in files}
     hubs = []
     for a in Dashboard(dashboard_address).actors(detail=True, filters=[("state", "=", "ALIVE")]):
         found = parse_repr(a.get("repr_name") or "")
         if found is None and a.get("class_name") != CLASS_NAME:
             continue
         found = found or {"url": None, "job_id": a.get("job_id")}
-        f = files.get(found["job_id"]) or {}
+        f = by_url.get(found["url"]) if found["url"] else None
+        if f is None and found["url"] is None:
+            # An old hub without a repr: a file is only trusted when its job id is unique.
+            same = [x for x in files if x.get("job_id") == found["job_id"]]
+            f = same[0] if len(same) == 1 else None
+        f = f or {}
         hubs.append({"url": found["url"] or f.get("url"), "job_id": found["job_id"], "token": f.get("token"),
+                     "run": f.get("run") or found["job_id"], "driver_pid": f.get("pid"),
                      "pid": a.get("pid"), "actor_id": a.get("actor_id")})
     return hubs

@@ -8,6 +8,6 @@
 Layout: events (record format) → recorder (per-process buffer + flusher) → collector (one actor,
 spills to disk) → export (Chrome JSON for Perfetto) → report (analysis) / tp (SQL checks).
 """
-from rldbg.trace.session import collector_handle, start, stop, tracing
+from rldbg.trace.session import collector_handle, last_losses, loss_line, start, stop, tracing
 
-__all__ = ["start", "stop", "tracing", "collector_handle"]
+__all__ = ["start", "stop", "tracing", "collector_handle", "last_losses", "loss_line"]

@@ -1,18 +1,31 @@
 """The collector: the one store every process ships its events to.
 
 A Ray actor named f"{NAME_PREFIX}{job_id}" in namespace NAMESPACE, pinned to the driver's node
-(it writes the spill directory there). Each batch is persisted on arrival and kept in memory for
-live readers (the TUI): `events_since(cursor)`, `stats()`.
+(it writes the spill directory there). Each batch is persisted on arrival and the newest LIVE_KEEP
+events are kept in memory, as whole batches, for live readers (the TUI): `events_since(cursor)`,
+`stats()`. Memory stays bounded under sustained load: older batches are only on disk.
+
+Losses: every batch carries its process's cumulative loss counts (see recorder.py) and whether it
+is the process's last (`final`). At close() the collector writes what the trace lost as events of
+its own (category "rldbg"): "events lost" on each affected process's track, "process stopped
+reporting" for a process that went silent without its final batch (a rank killed before its last
+flush: what it had not sent is unknown), and one "rldbg trace losses" summary on the driver track.
+If the collector itself died, the driver starts a new one on the same spill (resume=True) and
+passes the gap to close().
 """
 from __future__ import annotations
 
+import json
 import time
+from collections import deque
 
 from rldbg.trace.spill import SpillWriter
 
 NAMESPACE = "rldbg"
 NAME_PREFIX = "rldbg-collector-"
-LIVE_KEEP = 1_000_000   # events kept in memory for live queries; the spill keeps everything
+LIVE_KEEP = 250_000   # events kept in memory for live queries (the TUI joins 200k back); the spill keeps all
+LOSS_CAT = "rldbg"
+UNSHIPPED = "still buffered when the trace stopped"
 
 
 def collector_name(job_id: str) -> str:
@@ -20,45 +33,135 @@ def collector_name(job_id: str) -> str:
 
 
 class Collector:
-    def __init__(self, spill_dir: str, meta: dict):
+    def __init__(self, spill_dir: str, meta: dict, resume: bool = False):
         self.meta = meta
-        self.writer = SpillWriter(spill_dir, meta)
-        self.live: list = []
-        self.base = 0            # cursor of live[0]
-        self.procs: dict = {}    # (host, pid) -> counts
+        self.writer = SpillWriter(spill_dir, meta, resume=resume)
+        self.live: deque = deque()   # (cursor of first event, events)
+        self.n_live = 0
+        self.total = 0               # events ever received by this collector
+        self.procs: dict = {}        # "host:pid" -> counts, identity, last seen, final
         self.last_ingest_ns = 0
 
     def config(self) -> dict:
         return self.meta
 
-    def ingest(self, meta: dict, events: list) -> int:
-        if self.writer.f is None:   # closed by stop(): late batches are not part of this trace
-            return 0
-        self.writer.write(dict(meta, events=events))
+    def ingest(self, meta: dict, events) -> int:
+        """One batch: `events` is a list of event lists, or (what shippers send) the JSON array of
+        them as bytes with the count in meta["n"], written to the spill as is."""
         key = f"{meta.get('host')}:{meta.get('pid')}"
-        p = self.procs.setdefault(key, {"events": 0, "batches": 0, "dropped": 0})
-        p["events"] += len(events)
+        if self.writer.f is None:   # closed by stop(): late batches are not part of this trace
+            if key in self.procs:
+                self.procs[key]["told_closed"] = True
+            return -1                # recorder.CLOSED: the sender goes quiet
+        raw = isinstance(events, (bytes, bytearray))
+        n = int(meta.get("n", 0)) if raw else len(events)
+        p = self.procs.setdefault(key, {"events": 0, "batches": 0, "dropped": 0, "lost": {}})
+        changed = meta.get("lost") != p["lost"] or meta.get("final")
+        if n or changed:   # heartbeats without news are not worth a spill line
+            if raw:
+                self.writer.write_raw({k: v for k, v in meta.items() if k != "n"}, events)
+            else:
+                self.writer.write(dict(meta, events=events))
+        p["events"] += n
         p["batches"] += 1
         p["dropped"] = max(p["dropped"], meta.get("dropped", 0))
-        self.live.extend(events)
-        if len(self.live) > LIVE_KEEP:
-            cut = len(self.live) - LIVE_KEEP
-            del self.live[:cut]
-            self.base += cut
-        self.last_ingest_ns = time.time_ns()
-        return len(events)
+        p["lost"] = meta.get("lost") or p["lost"]
+        p["last_seen_ns"] = time.time_ns()
+        p["final"] = bool(meta.get("final"))
+        p["pending"] = int(meta.get("pending") or 0)
+        for k in ("role", "rank"):
+            if meta.get(k) is not None:
+                p[k] = meta[k]
+        if n:
+            self.live.append((self.total, n, events))   # bytes are decoded only if someone reads them
+            self.total += n
+            self.n_live += n
+            while self.n_live - self.live[0][1] >= LIVE_KEEP:
+                self.n_live -= self.live.popleft()[1]
+            self.last_ingest_ns = time.time_ns()
+        return n
 
     def events_since(self, cursor: int = 0, limit: int = 50_000) -> tuple[int, list]:
         """Events after `cursor` (a count of events ever received) and the cursor to pass next."""
-        start = max(cursor - self.base, 0)
-        chunk = self.live[start:start + limit]
-        return self.base + start + len(chunk), chunk
+        out = []
+        base = self.live[0][0] if self.live else self.total
+        cursor = max(cursor, base)
+        for start, n, evs in self.live:
+            if start + n <= cursor:
+                continue
+            if isinstance(evs, (bytes, bytearray)):
+                evs = json.loads(evs)
+            take = evs[cursor - start: cursor - start + limit - len(out)]
+            out.extend(take)
+            cursor += len(take)
+            if len(out) >= limit:
+                break
+        return cursor, out
+
+    def all_told_closed(self, silent: list) -> bool:
+        """Every process still running has heard that this trace is over (so it detaches at once
+        and a later trace finds it free), the silent ones aside."""
+        gone = {s["process"] for s in silent}
+        return all(p.get("final") or p.get("told_closed") or k in gone for k, p in self.procs.items())
 
     def stats(self) -> dict:
-        return {"events": self.base + len(self.live), "processes": dict(self.procs),
+        return {"events": self.total, "processes": dict(self.procs),
                 "dropped": sum(p["dropped"] for p in self.procs.values()),
                 "last_ingest_ns": self.last_ingest_ns, "spill_dir": self.writer.dir}
 
-    def close(self) -> dict:
-        self.writer.close()
-        return self.stats()
+    def losses(self, silent_after_ns: int, gaps=()) -> dict:
+        """What the trace lost: {"total", "by_cause", "processes": {key: {...}}, "silent": [...], "gaps"}.
+        A process is silent when its last batch is older than `silent_after_ns` and was not final."""
+        by_cause: dict = {}
+        procs, silent = {}, []
+        for key, p in self.procs.items():
+            causes = dict(p["lost"])
+            if p.get("pending"):   # buffered there when it last reported, never shipped
+                causes[UNSHIPPED] = causes.get(UNSHIPPED, 0) + p["pending"]
+            for cause, n in causes.items():
+                by_cause[cause] = by_cause.get(cause, 0) + n
+            n = sum(causes.values())
+            who = {"process": key, "role": p.get("role"), "rank": p.get("rank")}
+            if n:
+                procs[key] = dict(who, lost=n, causes=causes)
+            if not p.get("final") and p.get("last_seen_ns", 0) < silent_after_ns:
+                silent.append(dict(who, last_seen_ns=p.get("last_seen_ns", 0)))
+        return {"total": sum(by_cause.values()), "by_cause": by_cause, "processes": procs,
+                "silent": silent, "gaps": list(gaps)}
+
+    def close(self, silent_after_ns: int = 0, gaps=()) -> dict:
+        """Write the loss records, close the spill; returns stats() with "losses"."""
+        if self.writer.f is not None:
+            losses = self.losses(silent_after_ns, gaps)
+            evs = self._loss_events(losses)
+            if evs:
+                self.writer.write({"pid": "rldbg", "host": "collector", "dropped": 0, "events": evs})
+            self.writer.close()
+            self._losses = losses
+        elif getattr(self, "_losses", None) is not None:
+            return {"told_closed": self.all_told_closed(self._losses["silent"])}
+        return dict(self.stats(), losses=getattr(self, "_losses", None))
+
+    def _loss_events(self, losses: dict) -> list:
+        now = time.time_ns()
+        evs = []
+
+        def instant(name, ts, role, rank, args):
+            role = role if role is not None else "driver"
+            evs.append(("i", LOSS_CAT, name, int(ts or now), 0, role, int(rank or 0), None, None, None, args))
+
+        for key, p in losses["processes"].items():
+            last = self.procs[key].get("last_seen_ns") or now
+            instant("events lost", last, p["role"], p["rank"],
+                    {"process": key, "lost": p["lost"], "causes": p["causes"]})
+        for s in losses["silent"]:
+            instant("process stopped reporting", s["last_seen_ns"], s["role"], s["rank"],
+                    {"process": s["process"], "unsent_events": "unknown: it ended before its last flush"})
+        for g in losses["gaps"]:
+            instant("collector restarted", g.get("restarted_ns"), "driver", 0, dict(g))
+        if losses["total"] or losses["silent"] or losses["gaps"]:
+            instant("rldbg trace losses", now, "driver", 0,
+                    {"total_lost": losses["total"], "by_cause": losses["by_cause"],
+                     "processes_lost": sorted(losses["processes"]), "silent": [s["process"] for s in losses["silent"]],
+                     "collector_restarts": len(losses["gaps"])})
+        return evs

@@ -1,21 +1,47 @@
 """Reading a Chrome JSON trace back (for `rldbg report`), tolerant of a writer that died.
 
-Accepts the array form (possibly truncated: complete events before the cut are kept, as
-Perfetto does) and the {"traceEvents": [...]} object form, plain or gzip.
+Accepts the array form and the {"traceEvents": [...]} object form, plain or gzip. Damage never
+raises past what it spoils: a gzip stream cut short or corrupt keeps what inflated before it, a
+JSON array cut short keeps the complete events before the cut (as Perfetto does), a garbled
+region is skipped up to the next event line, invalid UTF-8 is replaced, and an event missing or
+mangling a field the analysis needs (ph, ts, dur) is skipped and counted. load_trace() returns the
+events with one note per kind of damage; load_events() is the same without the notes.
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import zlib
+
+_CHUNK = 1 << 16
+_NEEDS_TS = {"X", "B", "E", "i", "I", "C", "D", "b", "e", "n", "s", "t", "f", "P", "O", "N"}
 
 
 class TraceFileError(ValueError):
     pass
 
 
-def _read_text(path: str) -> str:
+def _inflate(raw: bytes, notes: list) -> bytes:
+    d, out = zlib.decompressobj(16 + zlib.MAX_WBITS), []
+    for i in range(0, len(raw), _CHUNK):
+        try:
+            out.append(d.decompress(raw[i:i + _CHUNK]))
+        except zlib.error as e:
+            notes.append(f"gzip data corrupt near compressed byte {i} ({e}); kept what inflated before it")
+            return b"".join(out)
+        if d.eof:
+            break
+    if not d.eof:
+        notes.append("gzip stream truncated (the writer stopped before its end)")
+    else:
+        try:
+            out.append(d.flush())
+        except zlib.error:
+            pass
+    return b"".join(out)
+
+
+def _read_text(path: str, notes: list) -> str:
     if not os.path.exists(path):
         raise TraceFileError(f"trace file not found: {path!r}")
     if os.path.isdir(path):
@@ -24,36 +50,82 @@ def _read_text(path: str) -> str:
     with open(path, "rb") as f:
         raw = f.read()
     if raw[:2] == b"\x1f\x8b":
-        # decompressobj keeps what inflates from a gzip cut short by a crash
-        raw = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw)
+        raw = _inflate(raw, notes)
     try:
         return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise TraceFileError(f"{path!r} is not a Chrome JSON trace (not UTF-8 text)") from None
+    except UnicodeDecodeError as e:
+        if raw[:1] not in (b"[", b"{", b" ", b"\n") and e.start < 16:
+            raise TraceFileError(f"{path!r} is not a Chrome JSON trace (not UTF-8 text)") from None
+        notes.append(f"invalid UTF-8 at byte {e.start} (replaced)")
+        return raw.decode("utf-8", errors="replace")
 
 
-def _scan_array(text: str, start: int) -> list:
-    """Decode events one by one from text[start] == '['; stop quietly at a truncation."""
+def _scan_array(text: str, start: int, notes: list) -> list:
+    """Decode events one by one from text[start] == '['; a bad region is skipped to the next
+    line that starts an object; the end of the text without ']' is a truncation."""
     dec, out, i, n = json.JSONDecoder(), [], start + 1, len(text)
+    closed = False
     while i < n:
         while i < n and text[i] in " \t\r\n,":
             i += 1
-        if i >= n or text[i] == "]":
+        if i >= n:
+            break
+        if text[i] == "]":
+            closed = True
             break
         try:
             obj, i = dec.raw_decode(text, i)
         except ValueError:
-            break
+            nxt = text.find("\n{", i + 1)
+            tail = text[i:].strip()
+            if nxt < 0:
+                if tail and tail not in ("]", "]}"):
+                    notes.append(f"truncated: the last event is cut at character {i} (after {len(out)} events)")
+                closed = True   # said once, not twice
+                break
+            notes.append(f"unreadable JSON at character {i}; skipped to the next event")
+            i = nxt + 1
+            continue
         out.append(obj)
+    if not closed:
+        notes.append(f"truncated: the event array ends without ']' after {len(out)} events")
     return out
 
 
-def load_events(path: str) -> list[dict]:
-    text = _read_text(path)
+def _valid(e) -> bool:
+    if not isinstance(e, dict) or not isinstance(e.get("ph"), str):
+        return False
+    try:
+        if e["ph"] in _NEEDS_TS:
+            float(e["ts"])
+        if e["ph"] == "X":
+            float(e.get("dur", 0))
+        if "args" in e and e["args"] is not None and not isinstance(e["args"], dict):
+            return False
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
+_cache: dict = {}
+
+
+def load_trace(path: str) -> tuple[list[dict], list[str]]:
+    """(events, damage notes). The notes are empty for an intact trace. The last result is kept
+    so that the report's analysis reading the same unchanged file does not read it twice."""
+    try:
+        st = os.stat(path)
+        key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key is not None and _cache.get("key") == key:
+        return _cache["events"], list(_cache["notes"])
+    notes: list = []
+    text = _read_text(path, notes)
     s = text.lstrip()
     events = None
     if s.startswith("["):
-        events = _scan_array(s, 0)
+        events = _scan_array(s, 0, notes)
     elif s.startswith("{"):
         try:
             doc = json.loads(s)
@@ -61,14 +133,22 @@ def load_events(path: str) -> list[dict]:
         except ValueError:
             k = s.find('"traceEvents"')
             b = s.find("[", k) if k >= 0 else -1
-            events = _scan_array(s, b) if b >= 0 else None
+            events = _scan_array(s, b, notes) if b >= 0 else None
     if not isinstance(events, list) or not events and not s.startswith("["):
         raise TraceFileError(f"{path!r} is not a Chrome JSON trace (expected an array of events "
                              f"or an object with traceEvents)")
-    events = [e for e in events if isinstance(e, dict) and "ph" in e]
-    if not events:
-        raise TraceFileError(f"{path!r} holds no trace events (empty or cut before the first event)")
-    return events
+    good = [e for e in events if _valid(e)]
+    if len(good) != len(events):
+        notes.append(f"{len(events) - len(good)} malformed event(s) skipped (missing or bad ph/ts/dur/args)")
+    if not good:
+        raise TraceFileError(f"{path!r} holds no trace events (empty or cut before the first event)"
+                             + (f"; {notes[0]}" if notes else ""))
+    _cache.update(key=key, events=good, notes=list(notes))
+    return good, notes
+
+
+def load_events(path: str) -> list[dict]:
+    return load_trace(path)[0]
 
 
 def ts_ns(v) -> int:

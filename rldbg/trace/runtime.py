@@ -38,15 +38,17 @@ def emit(ev: tuple) -> None:
         rec.emit(ev)
 
 
-def attach(collector, config: dict, is_driver: bool = False) -> None:
-    """Turn recording on in this process, shipping to `collector`."""
+def attach(collector, config: dict, is_driver: bool = False, relookup=None) -> None:
+    """Turn recording on in this process, shipping to `collector`. `relookup` finds the collector
+    again after it died (the driver passes one that restarts it)."""
     from rldbg.memory.sampler import start_sampler
     with _lock:
         if STATE.on:
             return
         STATE.recorder = Recorder(int(config.get("buffer_events", 1 << 20)))
         STATE.shipper = Shipper(STATE.recorder, collector, float(config.get("flush_interval", 0.1)),
-                                on_gone=None if is_driver else _collector_gone)
+                                on_gone=None if is_driver else _collector_gone,
+                                relookup=relookup or (lambda: _same_session(config)))
         STATE.config, STATE.is_driver = config, is_driver
         STATE.sampler = start_sampler(float(config.get("memory_hz", 0.0)))
         STATE.on = True
@@ -71,6 +73,21 @@ def _collector_gone() -> None:
     STATE.looked_up = False
 
 
+def _same_session(config: dict):
+    """The collector of this trace session again (restarted by the driver after it died), or None;
+    a collector of a later session is not ours: our losses belong to the trace that lost them."""
+    import ray
+    from rldbg.trace.collector import NAMESPACE, collector_name
+    try:
+        handle = ray.get_actor(collector_name(config.get("job_id") or ray.get_runtime_context().get_job_id()),
+                               namespace=NAMESPACE)
+        other = ray.get(handle.config.remote(), timeout=5)
+    except Exception:
+        return None
+    from rldbg.trace.recorder import OTHER_SESSION
+    return handle if other.get("origin_ns") == config.get("origin_ns") else OTHER_SESSION
+
+
 def flush(block: bool = False) -> None:
     if STATE.shipper is not None:
         STATE.shipper.flush(block=block)
@@ -82,7 +99,9 @@ def lookup(force: bool = False, recheck_s: float = RECHECK_S, session: int = 0) 
     look was: a worker created a moment before tracing started must not miss its first calls;
     while it keeps failing, it looks again at most once a second."""
     if STATE.on:
-        return True
+        if not session or session == STATE.config.get("origin_ns") or STATE.is_driver:
+            return True
+        detach(flush=False)   # a traced call from a newer session: the old collector is gone
     now = time.monotonic()
     if session and session != STATE.session_seen:
         STATE.session_seen, force = session, True

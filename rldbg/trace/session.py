@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
+import socket
 import time
 
 from rldbg.trace import runtime
@@ -22,6 +24,8 @@ from rldbg.trace.collector import NAMESPACE, Collector, collector_name
 
 _session: dict = {}
 _atexit_registered = False
+_last_losses: dict | None = None
+MAX_SETTLE_S = 60.0   # stop() waits at most this long for processes still draining their buffers
 
 
 def spill_dir_for(path: str) -> str:
@@ -53,47 +57,133 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
 
     path = os.path.abspath(path)
     spill = spill_dir_for(path)
+    _check_spill_free(spill)
     ctx = ray.get_runtime_context()
     job = ctx.get_job_id()
     config = {"origin_ns": time.time_ns(), "job_id": job, "memory_hz": float(memory_hz),
-              "buffer_events": int(buffer_events), "flush_interval": float(flush_interval), "trace_path": path}
-    actor_cls = ray.remote(num_cpus=0, max_restarts=0)(Collector)
-    collector = actor_cls.options(
-        name=collector_name(job), namespace=NAMESPACE, lifetime=None,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(ctx.get_node_id(), soft=False),
-    ).remote(spill, config)
-    ray.get(collector.config.remote())   # fail here, not in the first batch, if it cannot start
-    _session.update(path=path, spill=spill, collector=collector, config=config, profile_dir=profile_dir)
+              "buffer_events": int(buffer_events), "flush_interval": float(flush_interval), "trace_path": path,
+              "driver_pid": os.getpid(), "host": socket.gethostname()}
+    collector = _new_collector(ray, spill, config, resume=False)
+    _session.update(path=path, spill=spill, collector=collector, config=config, profile_dir=profile_dir,
+                    gaps=[], node=ctx.get_node_id())
     runtime.STATE.looked_up = False
-    runtime.attach(collector, config, is_driver=True)
+    runtime.attach(collector, config, is_driver=True, relookup=_revive)
     if not _atexit_registered:
         atexit.register(_at_exit)
         _atexit_registered = True
     return spill
 
 
+def _new_collector(ray, spill: str, config: dict, resume: bool):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    actor_cls = ray.remote(num_cpus=0, max_restarts=0)(Collector)
+    collector = actor_cls.options(
+        name=collector_name(config["job_id"]), namespace=NAMESPACE, lifetime=None,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
+    ).remote(spill, config, resume)
+    ray.get(collector.config.remote())   # fail here, not in the first batch, if it cannot start
+    return collector
+
+
+def _revive():
+    """The collector died mid-run (the driver's shipper saw a batch fail): start a new one on the
+    same spill, same session, so every process ships again and reports what it lost meanwhile."""
+    import ray
+    if not _session:
+        return None
+    died = time.time_ns()
+    try:
+        ray.get(_session["collector"].config.remote(), timeout=5)
+        return _session["collector"]      # alive after all
+    except Exception:
+        pass
+    try:
+        # A process killed under Ray keeps its actor's name until Ray is told it is dead.
+        ray.kill(_session["collector"], no_restart=True)
+        _wait_name_released(ray, _session["config"]["job_id"], timeout=5.0)
+        collector = _new_collector(ray, _session["spill"], _session["config"], resume=True)
+    except Exception:
+        return None   # the old name is not released yet: the shipper asks again shortly
+    _session["collector"] = collector
+    _session["gaps"].append({"detected_ns": died, "restarted_ns": time.time_ns(),
+                             "note": "the collector died; events in flight or sent meanwhile are counted "
+                                     "as lost by the process that sent them"})
+    return collector
+
+
+def check_path_free(path: str) -> None:
+    """RuntimeError (one line) when a live run is writing the trace at `path` (callers validating a
+    config ask before starting anything)."""
+    _check_spill_free(spill_dir_for(os.path.abspath(path)))
+
+
+def _check_spill_free(spill: str) -> None:
+    """Two live runs must not share a spill: the second would wipe the first's events."""
+    from rldbg.trace.spill import meta_path
+    try:
+        with open(meta_path(spill)) as f:
+            old = json.load(f)
+        pid, host = int(old.get("driver_pid") or 0), old.get("host")
+    except (OSError, ValueError, TypeError, AttributeError):
+        return
+    if not pid or pid == os.getpid() or host != socket.gethostname():
+        return
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        pass
+    raise RuntimeError(f"trace spill {spill!r} belongs to a run that is still going (driver pid {pid}); "
+                       "give this run another trace path (trace.path / trainer.run_dir)")
+
+
 def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
-    """Flush everything, close the collector and write the trace file. Returns its path."""
+    """Flush everything, close the collector and write the trace file. Returns its path;
+    last_losses() then says what the trace lost (and loss_line() in one line)."""
+    global _last_losses
     if not _session:
         return None
     import ray
-    collector, path, spill = _session["collector"], _session["path"], _session["spill"]
+    path, spill = _session["path"], _session["spill"]
     profile_dir = _session.get("profile_dir")
+    interval = _session["config"]["flush_interval"]
+    _last_losses = None
     try:
+        asked = time.time_ns()
+        hard_deadline = time.monotonic() + MAX_SETTLE_S
         runtime.detach(flush=True)
-        # Workers flush on their own timer; wait until their last batches have landed.
-        interval = _session["config"]["flush_interval"]
-        deadline = time.monotonic() + settle_s
+        collector = _session["collector"]
+        if not _alive(ray, collector):
+            collector = _revive() or collector   # the final batches and loss counts need somewhere to go
+        # Every live process ships (or heartbeats) each interval: wait until each has reported
+        # since we asked; one that stays silent has died with its unsent events.
+        deadline = time.monotonic() + max(settle_s, 2.5 * interval)
+        backlog = None
         while time.monotonic() < deadline:
-            last = ray.get(collector.stats.remote(), timeout=10)["last_ingest_ns"]
-            if time.time_ns() - last > 3 * interval * 1e9:
+            procs = ray.get(collector.stats.remote(), timeout=10)["processes"]
+            if all(p.get("final") or (p.get("last_seen_ns", 0) > asked and not p.get("pending"))
+                   for p in procs.values()):
                 break
-            time.sleep(interval)
-        ray.get(collector.close.remote(), timeout=30)
+            left = sum(p.get("pending", 0) for p in procs.values())
+            if backlog is not None and left < backlog:
+                # still draining a big buffer: give it time (what stays is counted, not hidden)
+                deadline = max(deadline, min(time.monotonic() + 1.0, hard_deadline))
+            backlog = left
+            time.sleep(min(interval, 0.2))
+        closed = ray.get(collector.close.remote(asked, _session["gaps"]), timeout=30)
+        _last_losses = closed.get("losses")
+        # Before the collector goes: each live process's next heartbeat hears "closed" and detaches
+        # at once, so the first events of a later trace are not spent on this one.
+        until = time.monotonic() + interval + 0.5
+        while time.monotonic() < until and not ray.get(collector.close.remote(), timeout=10).get("told_closed"):
+            time.sleep(min(interval, 0.1))
         ray.kill(collector)
         _wait_name_released(ray, _session["config"]["job_id"])
-    except Exception:
-        pass   # the collector may already be gone (Ray shut down); the spill is what counts
+    except Exception as e:
+        # Ray is gone under us: the spill is what counts; say that losses could not be counted.
+        _last_losses = {"total": 0, "by_cause": {}, "processes": {}, "silent": [], "gaps": [],
+                        "unknown": f"the collector could not be asked ({type(e).__name__})"}
     finally:
         _session.clear()
     if not export:
@@ -101,6 +191,37 @@ def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
     from rldbg.trace.export import export_spill
     export_spill(spill, path, profile_dir=profile_dir)
     return path
+
+
+def _alive(ray, collector) -> bool:
+    try:
+        ray.get(collector.config.remote(), timeout=5)
+        return True
+    except Exception:
+        return False
+
+
+def last_losses() -> dict | None:
+    """What the last stop()'s trace lost: {"total", "by_cause", "processes", "silent", "gaps"}."""
+    return _last_losses
+
+
+def loss_line(path: str) -> str:
+    """The driver's final line: 'trace written to PATH' or 'trace written with N events lost (...)'."""
+    lo = _last_losses or {}
+    parts = []
+    if lo.get("by_cause"):
+        parts.append(", ".join(f"{n} {cause}" for cause, n in sorted(lo["by_cause"].items())))
+    if lo.get("gaps"):
+        parts.append(f"collector died and was restarted {len(lo['gaps'])}x")
+    for s in lo.get("silent", ()):
+        who = f"{s['role']} rank {s['rank']}" if s.get("role") else s["process"]
+        parts.append(f"{who} ({s['process']}) stopped reporting: its unsent events are unknown")
+    if lo.get("unknown"):
+        parts.append(lo["unknown"])
+    if not parts:
+        return f"trace written to {path}"
+    return f"trace written with {lo.get('total', 0)} events lost ({'; '.join(parts)}) to {path}"
 
 
 @contextlib.contextmanager

@@ -60,6 +60,7 @@ class LiveSource(DataSource):
         self._slow_at = 0.0
         self._gpu: dict = {}
         self._paused: list = []
+        self.catch_up = False    # --once: read every event up to now, not a few pages per poll
 
     # ---- polling ---------------------------------------------------------------------------
     def poll(self) -> Snapshot:
@@ -84,17 +85,21 @@ class LiveSource(DataSource):
         return snap
 
     def _find_hub(self):
-        from rldbg.control.discovery import discover
-        hubs = [h for h in discover(self.address) if self.job is None or h["job_id"] == self.job]
+        from rldbg.control.discovery import describe, discover, select_runs
+        hubs = select_runs(discover(self.address), self.job)
         if not hubs:
-            want = f" for job {self.job}" if self.job else ""
+            want = f" for run {self.job}" if self.job else ""
             return Snapshot("waiting", f"waiting for a run{want}: no rldbg hub in the dashboard at {self.address} yet")
-        h = hubs[-1]
+        if len(hubs) > 1:
+            # Never watch (and step) the wrong run silently.
+            return Snapshot("disconnected", f"{len(hubs)} runs in the dashboard at {self.address}: "
+                                            f"{describe(hubs)}; pick one with --job RUN")
+        h = hubs[0]
         token = self.token or h.get("token")
         if not token:
-            return Snapshot("disconnected", f"found the hub of job {h['job_id']} at {h['url']} but no token: pass "
-                                            "--token or RLDBG_TOKEN (from ~/.rldbg/hub-<job>.json on the driver's machine)")
-        if h["job_id"] != self.job_id:
+            return Snapshot("disconnected", f"found the hub of run {h['run']} at {h['url']} but no token: pass "
+                                            "--token or RLDBG_TOKEN (from ~/.rldbg/hub-<job>-<pid>.json on the driver's machine)")
+        if h["job_id"] != self.job_id or h["url"] != getattr(self.hub, "url", None):
             self.cursor = None   # another run: its event stream starts over
         self.hub, self.job_id = HubClient(h["url"], token, timeout=5.0), h["job_id"]
         return None
@@ -132,8 +137,11 @@ class LiveSource(DataSource):
         first = self.cursor is None or self.cursor > total
         if first:
             self.cursor = max(0, total - INITIAL_WINDOW)
-        page = FIRST_PAGE if first else EVENT_PAGE
-        for _ in range(1 if first else PAGES_PER_POLL):   # a small first read: the first frame comes fast
+        page = EVENT_PAGE if self.catch_up or not first else FIRST_PAGE
+        pages = 1 if first and not self.catch_up else PAGES_PER_POLL
+        n = 0
+        while self.catch_up or n < pages:   # a small first read: the first frame comes fast
+            n += 1
             got = self.hub.events(self.cursor, page)
             evs = got.get("events") or []
             snap.events.extend(evs)
