@@ -16,6 +16,7 @@ import time
 
 from rldbg.context import current
 from rldbg.trace import runtime as _rt
+from rldbg.trace.events import counter_event as _counter, instant_event as _instant, slice_event as _slice
 
 _STATE = _rt.STATE
 _CTX = current()      # one object per process, mutated in place: bind it once
@@ -28,14 +29,6 @@ def _buffer():
     if rec is None and not _STATE.looked_up and _rt.lookup():
         rec = _STATE.recorder
     return rec
-
-
-def _append(rec, ev: tuple) -> None:
-    # Inlined Recorder.emit: the hot path is one length check and a deque append.
-    if len(rec.buf) < rec.capacity:
-        rec.buf.append(ev)
-    else:
-        rec.dropped += 1
 
 
 def _on() -> bool:
@@ -63,8 +56,13 @@ class _Span:
         if self.t0 and rec is not None:
             c = _CTX
             args = self.args if et is None else dict(self.args, error=et.__name__)
-            _append(rec, ("X", "user", self.name, self.t0, _now() - self.t0, c.role, c.rank,
-                          c.step, c.method, None, args))
+            # Inlined Recorder.emit: the hot path is one length check and a deque append.
+            buf = rec.buf
+            if len(buf) < rec.capacity:
+                buf.append(_slice("user", self.name, self.t0, _now() - self.t0, c.role, c.rank, c.step,
+                                  c.method, None, args))
+            else:
+                rec.dropped += 1
         return False
 
     def __call__(self, fn):
@@ -102,7 +100,11 @@ def instant(name: str, **args) -> None:
     rec = _STATE.recorder or _buffer()
     if rec is not None:
         c = _CTX
-        _append(rec, ("i", "user", name, _now(), 0, c.role, c.rank, c.step, c.method, None, args))
+        buf = rec.buf
+        if len(buf) < rec.capacity:
+            buf.append(_instant("user", name, _now(), c.role, c.rank, c.step, c.method, args))
+        else:
+            rec.dropped += 1
 
 
 def counter(name: str, **values) -> None:
@@ -112,7 +114,11 @@ def counter(name: str, **values) -> None:
             if not isinstance(v, (int, float)):
                 raise ValueError(f"counter {name!r}: values must be numbers, got {k}={v!r}")
         c = _CTX
-        _append(rec, ("C", "user", name, _now(), 0, c.role, c.rank, c.step, c.method, None, values))
+        buf = rec.buf
+        if len(buf) < rec.capacity:
+            buf.append(_counter("user", name, _now(), c.role, c.rank, c.step, c.method, values))
+        else:
+            rec.dropped += 1
 
 
 def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001

@@ -39,7 +39,8 @@ from rldbg.memory.probes import sample as _mem_sample
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
 from rldbg.profilers.torch_prof import profile_call as _profile_call
 from rldbg.trace import runtime as _rt
-from rldbg.trace.events import LEDGER, MEMORY
+from rldbg.trace.events import driver_call_event, instant_event, ledger_event, memory_event, slice_event, \
+    transition_event
 
 _flow_ids = itertools.count(1)
 _ident = {"role": None, "rank": 0}
@@ -150,8 +151,8 @@ def _finish(call: Call, status: str, extra: dict) -> None:
     tag = call.tag
     args = {"group": tag.group, "mode": call.mode, "world": call.world, "status": status,
             "t_dispatched": call.t_dispatched or t_end, "shards": call.shards, **extra}
-    _rt.emit(("D", "call", f"{tag.group}.{tag.method}", call.t_begin, t_end - call.t_begin,
-              "driver", 0, tag.step, tag.method, tag.flow_id, args))
+    _rt.emit(driver_call_event(f"{tag.group}.{tag.method}", call.t_begin, t_end - call.t_begin,
+                               tag.step, tag.method, tag.flow_id, args))
 
 
 def call_collected(call: Call, result=None) -> None:
@@ -173,13 +174,14 @@ def step(n: int):
     _gate.set_step(n)
     t0 = time.time_ns() if _rt.STATE.on else 0
     if t0:
-        _rt.emit(("i", "step", "step start", t0, 0, "driver", 0, n, None, None, {"step": n}))
+        _rt.emit(instant_event("step", "step start", t0, "driver", 0, n, None, {"step": n}))
     try:
         yield
     finally:
         ctx.step = prev
         if t0 and _rt.STATE.on:
-            _rt.emit(("X", "step", f"step {n}", t0, time.time_ns() - t0, "driver", 0, n, None, None, {"step": n}))
+            _rt.emit(slice_event("step", f"step {n}", t0, time.time_ns() - t0, "driver", 0, n, None, None,
+                                 {"step": n}))
 
 
 # ---- worker -------------------------------------------------------------------------------
@@ -217,7 +219,7 @@ def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
             "group": tag.group if tag is not None else None}
     m0 = _mem_sample()
     t0 = time.time_ns()
-    _rt.emit(("C", "memory", MEMORY, t0, 0, role, rank, ctx.step, method, None, m0))
+    _rt.emit(memory_event(t0, role, rank, ctx.step, method, m0))
     try:
         with _profile_call(role, rank, method, ctx.step):  # operator slices nest in this span
             yield
@@ -228,8 +230,8 @@ def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
         t1 = time.time_ns()
         m1 = _mem_sample()
         args["mem_before"], args["mem_after"] = _mem_value(m0), _mem_value(m1)
-        _rt.emit(("X", "call", method, t0, t1 - t0, role, rank, ctx.step, method, flow, args))
-        _rt.emit(("C", "memory", MEMORY, t1, 0, role, rank, ctx.step, method, None, m1))
+        _rt.emit(slice_event("call", method, t0, t1 - t0, role, rank, ctx.step, method, flow, args))
+        _rt.emit(memory_event(t1, role, rank, ctx.step, method, m1))
         ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = prev
 
 
@@ -260,7 +262,7 @@ def _transition_span(name: str, **args):
     role, rank, stp, method = ctx.role, ctx.rank, ctx.step, ctx.method
     m0 = _mem_sample()
     t0 = time.time_ns()
-    _rt.emit(("C", "memory", MEMORY, t0, 0, role, rank, stp, method, None, m0))
+    _rt.emit(memory_event(t0, role, rank, stp, method, m0))
     a = {"role": role, "rank": rank, "step": stp, "method": method, **args}
     try:
         yield
@@ -271,16 +273,15 @@ def _transition_span(name: str, **args):
         t1 = time.time_ns()
         m1 = _mem_sample()
         a["mem_before"], a["mem_after"] = _mem_value(m0), _mem_value(m1)
-        _rt.emit(("X", "transition", name, t0, t1 - t0, role, rank, stp, method, None, a))
-        _rt.emit(("C", "memory", MEMORY, t1, 0, role, rank, stp, method, None, m1))
+        _rt.emit(transition_event(name, t0, t1 - t0, role, rank, stp, method, a))
+        _rt.emit(memory_event(t1, role, rank, stp, method, m1))
 
 
 def ledger(category: str, nbytes: int) -> None:
     if not _rt.STATE.on:
         return
     ctx = current()
-    _rt.emit(("C", "ledger", LEDGER, time.time_ns(), 0, ctx.role, ctx.rank, ctx.step, ctx.method, None,
-              {str(category): int(nbytes)}))
+    _rt.emit(ledger_event(time.time_ns(), ctx.role, ctx.rank, ctx.step, ctx.method, str(category), int(nbytes)))
 
 
 # ---- debugging hooks (rldbg.debug is imported only when a switch is on) ----------------

@@ -6,7 +6,7 @@ import time
 
 from rldbg.context import current
 from rldbg.memory.probes import sample
-from rldbg.trace.events import MEMORY
+from rldbg.trace.events import memory_event
 
 
 class Sampler:
@@ -22,7 +22,7 @@ class Sampler:
         while not self._stop.wait(self.period):
             role, rank = identity()
             ctx = current()
-            emit(("C", "memory", MEMORY, time.time_ns(), 0, role, rank, ctx.step, None, None, sample()))
+            emit(memory_event(time.time_ns(), role, rank, ctx.step, None, sample()))
 
     def stop(self) -> None:
         self._stop.set()

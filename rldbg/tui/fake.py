@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 
 from rldbg.control.client import HubError
+from rldbg.trace import events as ev
 from rldbg.tui.data import EVENT_PAGE, FIRST_PAGE, INITIAL_WINDOW, PAGES_PER_POLL, DataSource, Snapshot
 
 T0 = 1_700_000_000_000_000_000
@@ -21,8 +22,17 @@ LATER = [("reward", "compute_scores"), ("actor", "compute_log_prob"), ("actor", 
 
 
 def _ev(ph, cat, name, ts, dur, role, rank, step, method, flow=None, args=None):
-    return {"ph": ph, "cat": cat, "name": name, "ts_ns": ts, "dur_ns": dur, "role": role, "rank": rank,
-            "step": step, "method": method, "flow": flow, "args": args or {}}
+    """One event in the hub's JSON form, built by the schema's constructors."""
+    args = args or {}
+    if ph == ev.SLICE:
+        rec = ev.slice_event(cat, name, ts, dur, role, rank, step, method, flow, args)
+    elif ph == ev.INSTANT:
+        rec = ev.instant_event(cat, name, ts, role, rank, step, method, args)
+    elif ph == ev.COUNTER:
+        rec = ev.counter_event(cat, name, ts, role, rank, step, method, args)
+    else:
+        rec = ev.driver_call_event(name, ts, dur, step, method, flow, args)
+    return ev.to_dict(rec)
 
 
 class FakeSource(DataSource):
