@@ -15,7 +15,7 @@ Driver side, around every worker-group call:
 Worker side:
     set_worker_identity(role, rank, world)                 # once, at actor start; finds the collector
     with worker_call(role, rank, method, tag): ...         # one span per rank per registered call
-    with transition("offload_optimizer", **args): ...      # hybrid-engine mode switches; memory before/after
+    with transition("offload_optimizer", frees=("optimizer",)): ...  # mode switches; memory before/after
     ledger(category, nbytes)                               # bytes held by category (params, optimizer, kv_cache, ...)
 
 Driver step markers:
@@ -39,8 +39,8 @@ from rldbg.memory.probes import sample as _mem_sample
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
 from rldbg.profilers.torch_prof import profile_call as _profile_call
 from rldbg.trace import runtime as _rt
-from rldbg.trace.events import driver_call_event, instant_event, ledger_event, memory_event, slice_event, \
-    transition_event
+from rldbg.trace.events import (FREES, LOADS, driver_call_event, instant_event, ledger_event, memory_event,
+                                slice_event, transition_event)
 
 _flow_ids = itertools.count(1)
 _ident = {"role": None, "rank": 0}
@@ -245,10 +245,33 @@ def _apply_live_specs(specs: tuple) -> None:
     _specs_seen[0] = specs[0]
 
 
+def _categories(what, kw: str) -> tuple:
+    if not what:
+        return ()
+    if isinstance(what, str):
+        return (what,)
+    out = tuple(what)
+    if not all(isinstance(c, str) and c for c in out):
+        raise ValueError(f"transition {kw}= takes ledger category names (strings), got {what!r}")
+    return out
+
+
 @contextlib.contextmanager
-def transition(name: str, **args):
+def transition(name: str, frees=(), loads=(), **args):
     """A hybrid-engine transition: its own span with memory before and after (and, when
-    RLDBG_CUDA_MEMORY_SNAPSHOT is set on a GPU, a CUDA memory snapshot around it)."""
+    RLDBG_CUDA_MEMORY_SNAPSHOT is set on a GPU, a CUDA memory snapshot around it).
+
+    Declare what it moves, in ledger categories (the names given to ledger()):
+        with transition("offload_optimizer", frees=("optimizer",)): ...
+        with transition("reload_params", loads=("params",)): ...
+    rldbg never guesses from the name: leak detection checks what a rank still holds after each
+    transition that declares `frees`, and `rldbg top` marks transitions by what they declare.
+    Other keyword arguments are recorded with the span."""
+    frees, loads = _categories(frees, "frees"), _categories(loads, "loads")
+    if frees:
+        args[FREES] = frees
+    if loads:
+        args[LOADS] = loads
     with _cuda_snapshot(name), _transition_span(name, **args):
         yield
 

@@ -118,11 +118,3 @@ def moves(args: dict | None) -> tuple[tuple, tuple]:
         return (), ()
     return tuple(args.get(FREES) or ()), tuple(args.get(LOADS) or ())
 
-# Transitions after which the named ledger categories should be (near) zero.
-OFFLOADS = {
-    "offload_optimizer": ("optimizer",),
-    "offload_params": ("params", "grads"),
-    "release_kv_cache": ("kv_cache",),
-    "rollout_sleep": ("rollout_weights", "kv_cache"),
-}
-RELOADS = {"reload_optimizer", "reload_params", "rollout_wake"}

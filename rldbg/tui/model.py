@@ -11,26 +11,23 @@ import collections
 from dataclasses import dataclass, field
 
 from rldbg.debug.workers import parse_repr
-from rldbg.trace.events import OFFLOADS, RELOADS
-from rldbg.trace.report import LEAK_BYTES, LEDGER_RESIDUE_BYTES
+from rldbg.memory.leaks import describe, leak_suspicions, observe
+from rldbg.trace.events import moves
 
 LANE_SLICES = 600        # timeline slices kept per lane; the view shows the last N steps of them
 MEM_POINTS = 600         # memory samples kept per rank
 MARKS = 200              # transition markers kept per rank
 NOTES = 300              # instants / errors kept
+CYCLES = 32              # freeing-transition cycles kept per rank and transition for the leak rule
 
 
-def marker_of(name: str) -> str:
-    """One letter per transition kind for the memory view: Offload, Reload, Weight sync, Kv release."""
-    if name == "release_kv_cache":
-        return "K"
-    if "sync" in name or name == "rollout_wake":
+def marker_of(args: dict | None) -> str:
+    """One letter per transition for the memory view, from what it declares it moves:
+    O frees memory, R loads it, W does both (a swap, e.g. a weight sync), · declares nothing."""
+    frees, loads = moves(args)
+    if frees and loads:
         return "W"
-    if name in OFFLOADS or name.startswith("offload") or name.endswith("sleep"):
-        return "O"
-    if name in RELOADS or name.startswith("reload"):
-        return "R"
-    return "·"
+    return "O" if frees else "R" if loads else "·"
 
 
 def mem_value(args: dict) -> int | None:
@@ -52,7 +49,7 @@ class Lane:
     mem: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MEM_POINTS))
     marks: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MARKS))
     ledger: dict = field(default_factory=dict)
-    offload_levels: dict = field(default_factory=dict)   # offload name -> [mem_after, ...]
+    cycles: dict = field(default_factory=dict)   # freeing transition -> deque of leaks.Cycle
 
     @property
     def in_call(self) -> bool:
@@ -105,8 +102,8 @@ class EventStore:
                 if str(args.get("status", "")).startswith("error"):
                     self.note(ts, "error", f"{role} rank {rank} {e.get('name')} failed ({args['status']})")
             else:
-                lane.marks.append((ts + dur, marker_of(e.get("name") or ""), e.get("name")))
-                self._check_leak(role, rank, lane, e.get("name") or "", args, e.get("step"))
+                lane.marks.append((ts + dur, marker_of(args), e.get("name")))
+                self._check_leak(role, rank, lane, e.get("name") or "", args, e.get("step"), ts + dur)
         elif ph == "X" and cat == "step":
             self.steps.setdefault(e.get("step"), [ts, None])[1] = ts + dur
         elif ph == "i":
@@ -132,26 +129,21 @@ class EventStore:
     def note(self, ts: int, kind: str, text: str) -> None:
         self.notes.append((ts, kind, text))
 
-    def _check_leak(self, role, rank, lane: Lane, name: str, args: dict, step) -> None:
-        """Two simple rules (report.leaks' in spirit, live): an offload left bytes in a ledger
-        category it should have emptied; memory after the same offload keeps growing."""
-        for cat in OFFLOADS.get(name, ()):
-            left = lane.ledger.get(cat)
-            key = (role, rank, name, cat)
-            if left is not None and left > LEDGER_RESIDUE_BYTES:
-                self.flags[key] = f"{role} rank {rank}: ledger '{cat}' still {fmt_bytes(left)} after {name} (step {step})"
-            else:
-                self.flags.pop(key, None)
-        after = args.get("mem_after")
-        if after is None or not (name in OFFLOADS or name.startswith("offload") or name.endswith("sleep")):
+    def _check_leak(self, role, rank, lane: Lane, name: str, args: dict, step, end: int) -> None:
+        """rldbg.memory.leaks' rule (the one `rldbg report` applies), live over this rank's last
+        CYCLES runs of the transition; the rank's flags for it are replaced on every run."""
+        frees, _ = moves(args)
+        c = observe(role, rank, name, step, end, frees, args.get("mem_after"), lane.ledger)
+        if c is None:
             return
-        levels = lane.offload_levels.setdefault(name, [])
-        levels.append(int(after))
-        del levels[:-8]
-        grew = levels[-1] - levels[0]
-        if len(levels) >= 3 and grew > LEAK_BYTES and all(b >= a for a, b in zip(levels, levels[1:])):
-            self.flags[(role, rank, name, "growth")] = (f"{role} rank {rank}: memory after {name} grew "
-                                                        f"{fmt_bytes(grew)} over {len(levels)} cycles")
+        q = lane.cycles.get(name)
+        if q is None:
+            q = lane.cycles[name] = collections.deque(maxlen=CYCLES)
+        q.append(c)
+        for key in [k for k in self.flags if k[:3] == ("leak", role, rank) and k[3] == name]:
+            del self.flags[key]
+        for s in leak_suspicions(q):
+            self.flags[("leak", role, rank, name, s["category"])] = describe(s)
 
 
 def fmt_bytes(n) -> str:

@@ -10,7 +10,7 @@ from rldbg.tui.widgets.lanes import LaneScroller
 from rldbg.tui.widgets.strips import Line
 
 BLOCKS = "▁▂▃▄▅▆▇█"
-MARK_STYLE = {"O": "green", "R": "yellow", "W": "cyan", "K": "magenta"}
+MARK_STYLE = {"O": "green", "R": "yellow", "W": "cyan"}
 LABEL = 18
 MAX_FLAGS = 6
 
