@@ -33,7 +33,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from rldbg.context import current, set_identity
+from rldbg.context import WorkerIdentity, current, set_worker
 from rldbg.control import gate as _gate
 from rldbg.memory.probes import sample as _mem_sample
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
@@ -43,7 +43,6 @@ from rldbg.trace.events import (FREES, LOADS, driver_call_event, instant_event, 
                                 slice_event, transition_event)
 
 _flow_ids = itertools.count(1)
-_ident = {"role": None, "rank": 0}
 
 
 @dataclass(frozen=True)
@@ -73,14 +72,6 @@ class Call:
 def enabled() -> bool:
     """True when this process records events."""
     return _rt.STATE.on
-
-
-def identity() -> tuple[str, int]:
-    """(role, rank) given to set_worker_identity; the current context when never set."""
-    if _ident["role"] is None:
-        ctx = current()
-        return ctx.role, ctx.rank
-    return _ident["role"], _ident["rank"]
 
 
 def summarize(obj) -> dict | None:
@@ -186,13 +177,44 @@ def step(n: int):
 
 # ---- worker -------------------------------------------------------------------------------
 
-def set_worker_identity(role: str, rank: int, world: int) -> None:
-    set_identity(role, rank, world)
-    _ident["role"], _ident["rank"] = role, rank
+def set_worker_identity(role: str, rank: int, world: int, *, roles=None, node_id: str | None = None,
+                        node_ip: str | None = None) -> WorkerIdentity:
+    """Call once at worker (actor) start: this process serves `role` (or, colocated, all of
+    `roles`, e.g. ("actor", "reward")) as `rank` of `world`. rldbg labels the process's events
+    with it, finds the trace collector, and publishes the identity in the cluster's registry
+    (Ray's internal KV, keyed by actor id) so `rldbg breakpoints / stack / top / attach` name the
+    role and rank of ANY trainer's actors, whatever their repr. node_id/node_ip default to Ray's.
+    Returns the identity; its .label ("actor+reward[rank 1/2]", rldbg.context.worker_label) is
+    what a trainer may return from its actors' __repr__ so the Ray dashboard shows it too."""
+    from rldbg.context import _roles
+
+    names = _roles(roles if roles else role)
+    if role not in names and "+".join(names) != role:
+        names = (role, *[r for r in names if r != role])
+    if node_id is None or node_ip is None:
+        found_id, found_ip = _ray_node()
+        node_id, node_ip = node_id or found_id, node_ip or found_ip
+    ident = WorkerIdentity(names, int(rank), int(world), node_id or "", node_ip or "")
+    set_worker(ident)
     _rt.lookup(force=True)
+    from rldbg.debug.registry import publish_identity
+
+    publish_identity(ident)
     from rldbg.debug.listen import maybe_listen
 
-    maybe_listen(role, rank, world)  # debug mode (RLDBG_LISTEN_ROLES): one env lookup when off
+    maybe_listen(ident.role, ident.rank, ident.world)  # debug mode (RLDBG_LISTEN_ROLES): one env lookup when off
+    return ident
+
+
+def _ray_node() -> tuple[str, str]:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id() or "", ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - identity must never stop a worker from starting
+        pass
+    return "", ""
 
 
 @contextlib.contextmanager

@@ -57,7 +57,9 @@ class ControlHub:
         self.server, self.url = serve(self, host, port, token)
 
     def __repr__(self) -> str:
-        return f"rldbg-hub {self.url} job={self.job_id}"
+        from rldbg.control.discovery import hub_repr
+
+        return hub_repr(self.url, self.job_id)
 
     def info(self) -> dict:
         return {"url": self.url, "job_id": self.job_id}

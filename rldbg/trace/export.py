@@ -69,10 +69,11 @@ def _open(path: str):
     raise ValueError(f"output {path!r} must end in .json or .json.gz")
 
 
-def export_spill(spill_dir: str, out_path: str, profile_dir: str | None = None) -> dict:
+def export_spill(spill_dir: str, out_path: str, extra=None) -> dict:
     """Write the trace; returns {"events": n_in, "written": n_out, "path": out_path}.
-    With `profile_dir`, torch.profiler traces written there by rldbg.profilers are merged
-    in, their operator slices nested inside the role/rank call that produced them."""
+    `extra(put, locate, origin_ns)` may add events of its own before the trailer: put(event dict)
+    writes one, locate(role, rank) -> (pid, tid) or None places it on a rank's track. The
+    exporter knows nothing of who adds them (rldbg.trace.session passes the torch.profiler merge)."""
     idx = _index(spill_dir)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)) or ".", exist_ok=True)
     flow_ids: dict = {}
@@ -120,13 +121,9 @@ def export_spill(spill_dir: str, out_path: str, profile_dir: str | None = None) 
             elif ph == INSTANT:
                 put({"ph": "i", "s": "t", "pid": pid, "tid": tid, "cat": cat, "name": name, "ts": _us(rel),
                      "args": dict(args or {}, role=role, rank=rank, step=stp)})
-        if profile_dir and os.path.isdir(profile_dir):
-            from rldbg.profilers.merge import merge_torch_traces
-
-            merge_torch_traces(profile_dir, put,
-                               lambda role, rank: (idx.roles[role], rank + 1)
-                               if rank in idx.ranks.get(role, ()) else None,
-                               idx.origin, within=(idx.origin, None))
+        if extra is not None:
+            extra(put, lambda role, rank: (idx.roles[role], rank + 1) if rank in idx.ranks.get(role, ()) else None,
+                  idx.origin)
         total = 0
         for key, (dropped, t_sent) in sorted(idx.drops.items()):
             total += dropped

@@ -48,7 +48,7 @@ def attach(collector, config: dict, is_driver: bool = False) -> None:
         STATE.shipper = Shipper(STATE.recorder, collector, float(config.get("flush_interval", 0.1)),
                                 on_gone=None if is_driver else _collector_gone)
         STATE.config, STATE.is_driver = config, is_driver
-        STATE.sampler = start_sampler(float(config.get("memory_hz", 0.0)))
+        STATE.sampler = start_sampler(float(config.get("memory_hz", 0.0)), emit)
         STATE.on = True
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from rldbg.debug.workers import parse_repr
+from rldbg.debug.registry import identify
 from rldbg.memory.leaks import describe, leak_suspicions, observe
 from rldbg.trace.events import moves
 
@@ -176,19 +176,20 @@ class RoleRow:
 
 
 def role_rows(actors: list[dict], store: EventStore, state: dict | None, gpu_by_pid: dict,
-              paused_pids: set) -> list[RoleRow]:
-    """One row per role x rank of every actor whose repr names roles and rank."""
+              paused_pids: set, identities: dict | None = None) -> list[RoleRow]:
+    """One row per role x rank of every worker actor: those that published an identity
+    (rldbg.instrument.set_worker_identity; `identities`: actor_id -> WorkerIdentity) or whose repr
+    is an rldbg label (rldbg.context.worker_label)."""
     gate = (state or {}).get("gate") or {}
     pending = gate.get("pending") or {}
     waiting_group = pending.get("group") if gate.get("waiting") else None
     in_flight = pending.get("group") if (pending.get("phase") == "before_dispatch" and not gate.get("waiting")) else None
     rows = []
     for a in actors:
-        parsed = parse_repr(a.get("repr_name"))
-        if not parsed:
+        ident = identify(a, identities or {})
+        if ident is None:
             continue
-        roles, rank, _world = parsed
-        names = roles.split("+")
+        roles, rank, names = ident.role, ident.rank, ident.roles
         pid = a.get("pid") or None
         dead = a.get("state") == "DEAD"
         lanes = [store.lanes[(r, rank)] for r in names if (r, rank) in store.lanes]
