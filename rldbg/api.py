@@ -89,6 +89,8 @@ class _OffSpan(_Span):
 
 
 def span(name: str, **args) -> _Span:
+    """A slice named `name` with `args` on the current role/rank's track: `with rldbg.span(...)`
+    or `@rldbg.span(...)`. Raises ValueError for an empty or non-string name."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"span name must be a non-empty string, got {name!r}")
     if not _STATE.on and _STATE.looked_up:
@@ -97,6 +99,7 @@ def span(name: str, **args) -> _Span:
 
 
 def instant(name: str, **args) -> None:
+    """A point event named `name` with `args` on the current role/rank's track."""
     rec = _STATE.recorder or _buffer()
     if rec is not None:
         c = _CTX
@@ -108,6 +111,7 @@ def instant(name: str, **args) -> None:
 
 
 def counter(name: str, **values) -> None:
+    """One sample of numeric series `values` on the counter track "rank N <name> <series>"."""
     rec = _STATE.recorder or _buffer()
     if rec is not None:
         for k, v in values.items():
@@ -122,6 +126,8 @@ def counter(name: str, **values) -> None:
 
 
 def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001
+    """Pause here when this process matches role/rank/step and `when` (a bool or callable) holds;
+    see rldbg.debug.breakpoints."""
     try:
         from rldbg.debug.breakpoints import breakpoint as _bp
     except ImportError:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Context:
+    """Role/rank/step/method of the code running now in this process."""
+
     role: str = "driver"
     rank: int = 0
     world_size: int = 1
@@ -30,6 +32,7 @@ _CTX = Context()
 
 
 def current() -> Context:
+    """This process's Context (one object, mutated in place)."""
     return _CTX
 
 

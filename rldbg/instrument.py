@@ -13,10 +13,15 @@ Driver side, around every worker-group call:
     call.tag                                               # small picklable tag sent with the call to ranks
 
 Worker side:
-    set_worker_identity(role, rank, world)                 # once, at actor start; finds the collector
+    set_worker_identity(role, rank, world, roles=...)      # once, at actor start: identity (rldbg.context),
+                                                           # published for the CLI; finds the collector
     with worker_call(role, rank, method, tag): ...         # one span per rank per registered call
-    with transition("offload_optimizer", frees=("optimizer",)): ...  # mode switches; memory before/after
+    with transition("offload_optimizer", frees=("optimizer",)): ...  # mode switches; memory before/after;
+                                                           # frees=/loads= declare the ledger categories moved
     ledger(category, nbytes)                               # bytes held by category (params, optimizer, kv_cache, ...)
+
+Events are built only by rldbg.trace.events' constructors; the RLDBG_* switches workers read are
+built by rldbg.worker_env(). The README's "the contract" section documents all of it.
 
 Driver step markers:
     with step(n): ...
@@ -61,6 +66,8 @@ class CallTag:
 
 @dataclass
 class Call:
+    """One driver call in flight (call_begin's result); pass it to the other call_* hooks."""
+
     tag: CallTag
     mode: str
     world: int
@@ -112,6 +119,8 @@ def _mem_value(m: dict) -> int:
 # ---- driver -------------------------------------------------------------------------------
 
 def call_begin(group: str, method: str, mode: str, world: int, step: int | None = None) -> Call:
+    """Open a driver call of `group.method` on `world` ranks (`mode`: the dispatch mode, free text).
+    Send `call.tag` with the call to every rank (for worker_call / method_entry)."""
     on = _rt.STATE.on
     version, texts = _gate.current_specs()
     specs = (version, tuple(texts)) if version else None
@@ -129,6 +138,7 @@ def call_ready(call: Call, shards: list | None = None) -> None:
 
 
 def call_dispatched(call: Call, shards: list | None = None) -> None:
+    """Everything is sent; `shards` (optional, one summarize()d dict per rank) go in the trace."""
     if _rt.STATE.on:
         call.t_dispatched = time.time_ns()
         if shards is not None:
@@ -147,12 +157,14 @@ def _finish(call: Call, status: str, extra: dict) -> None:
 
 
 def call_collected(call: Call, result=None) -> None:
+    """Results are in: closes the call (its trace event is recorded now); the step gate may pause."""
     if _rt.STATE.on:
         _finish(call, "ok", {"result": result if isinstance(result, (dict, type(None))) else summarize(result)})
     _gate.after_collect(call, result)  # after the trace event: a pause here is not part of the call
 
 
 def call_failed(call: Call, exc: BaseException) -> None:
+    """The call raised `exc` (instead of call_collected): recorded with status "error"."""
     if _rt.STATE.on:
         _finish(call, "error", {"error": f"{type(exc).__name__}: {exc}"[:500]})
 
@@ -219,6 +231,9 @@ def _ray_node() -> tuple[str, str]:
 
 @contextlib.contextmanager
 def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
+    """`with worker_call(...)`: this rank serves `method` for the driver call `tag` (None for an
+    untagged call): one span on role/rank's track joined to the driver's send/recv, memory before
+    and after; user spans and breakpoints inside see role/rank/step/method."""
     ctx = current()
     prev = (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id)
     ctx.role, ctx.rank, ctx.method = role, rank, method
@@ -323,6 +338,8 @@ def _transition_span(name: str, **args):
 
 
 def ledger(category: str, nbytes: int) -> None:
+    """This rank now holds `nbytes` in `category` (params, optimizer, kv_cache, ...: any name; the
+    names transitions declare in frees=/loads=). Report when it changes."""
     if not _rt.STATE.on:
         return
     ctx = current()
