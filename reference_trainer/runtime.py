@@ -19,7 +19,9 @@ def start_ray(num_cpus: int) -> bool:
     if os.environ.get("RAY_ADDRESS"):
         ctx = ray.init(log_to_driver=True)  # ray.shutdown() later only disconnects
     else:
-        ctx = ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1",
+        # address="local": always our own embedded cluster, even when `ray start` left one
+        # recorded on this machine (ray.init would otherwise join it).
+        ctx = ray.init(address="local", num_cpus=num_cpus, _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1",
                        include_dashboard=True, log_to_driver=True)
     if ctx.dashboard_url:  # rldbg's tools in this process find the dashboard here
         url = ctx.dashboard_url

@@ -24,7 +24,7 @@ MB = 1 << 20
 
 @ray.remote(num_cpus=0)
 class Trainer:
-    """Rank `slow_rank` trains 4x longer; rank `leaky_rank`'s offload keeps its buffer alive
+    """Rank `slow_rank` trains 10x longer; rank `leaky_rank`'s offload keeps its buffer alive
     (in its optimizer ledger, or, with keep_ledger=False, where no ledger category sees it)."""
 
     def __init__(self, role, rank, world, slow_rank=None, leaky_rank=None, keep_ledger=True):
@@ -43,7 +43,7 @@ class Trainer:
                 self.buf = torch.ones(40 * MB // 4)   # > glibc's mmap threshold: freeing returns it
                 if self.keep_ledger:
                     ri.ledger("optimizer", tensor_bytes([self.buf]))
-            time.sleep(0.12 if self.slow else 0.03)
+            time.sleep(0.3 if self.slow else 0.03)   # 10x: a loaded machine keeps it > 1.5x
             with ri.transition("offload_optimizer", frees=("optimizer",)):
                 if self.leaky:
                     self.kept.append(self.buf)

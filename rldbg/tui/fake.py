@@ -68,7 +68,7 @@ class FakeSource(DataSource):
             tt = start + ms
             for name, d in transitions:
                 rss += (-300 if "loads" not in MOVES[name] else 300) * MiB
-                if name == "offload_optimizer" and self.leak and rank == 0:
+                if "optimizer" in MOVES[name].get("frees", ()) and self.leak and rank == 0:
                     out.append(_ev("C", "ledger", "ledger", tt + d * ms - 1, 0, role, rank, None, method, None,
                                    {"optimizer": 0}))   # grows by LEAK_PER_STEP a step: see event()
                 out.append(_ev("X", "transition", name, tt, d * ms, role, rank, None, method, None,
