@@ -48,6 +48,7 @@ from rldbg.trace.events import (FREES, LOADS, driver_call_event, instant_event, 
                                 slice_event, transition_event)
 
 _flow_ids = itertools.count(1)
+_CTX = current()      # one object per process, mutated in place
 
 
 @dataclass(frozen=True)
@@ -340,10 +341,10 @@ def _transition_span(name: str, **args):
 def ledger(category: str, nbytes: int) -> None:
     """This rank now holds `nbytes` in `category` (params, optimizer, kv_cache, ...: any name; the
     names transitions declare in frees=/loads=). Report when it changes."""
-    if not _rt.STATE.on:
-        return
-    ctx = current()
-    _rt.emit(ledger_event(time.time_ns(), ctx.role, ctx.rank, ctx.step, ctx.method, str(category), int(nbytes)))
+    rec = _rt.STATE.recorder
+    if rec is not None:
+        ctx = _CTX
+        rec.emit(ledger_event(time.time_ns(), ctx.role, ctx.rank, ctx.step, ctx.method, str(category), int(nbytes)))
 
 
 # ---- debugging hooks (rldbg.debug is imported only when a switch is on) ----------------
