@@ -45,3 +45,16 @@ def test_steady_growth_names_rank_and_category():
 def test_too_few_cycles_and_undeclared_transitions_say_nothing():
     assert leak_suspicions(_cycles("actor", 0, [i * 100 * MiB for i in range(7)])) == []   # 5 after warm-up
     assert observe("actor", 0, "sync_weights", 0, 0, (), 123, {}) is None
+
+
+def test_top_flags_only_the_leaky_rank():
+    # `rldbg top`'s store applies the same rule live: the synthetic source's rank 0 keeps 32 MiB
+    # more optimizer ledger per step; its peers, and a source without the leak, are not flagged.
+    from rldbg.tui.fake import FakeSource
+    from rldbg.tui.model import EventStore
+
+    for leak, expected in [(True, ["actor rank 0: ledger 'optimizer' grows 32.0 MiB per cycle"]), (False, [])]:
+        src, store = FakeSource(workers=4, events=3_000, leak=leak), EventStore()
+        for _ in range(3):
+            store.add(src.poll().events)
+        assert [f[:len(expected[0])] if expected else f for f in store.flags.values()] == expected

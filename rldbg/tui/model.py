@@ -11,7 +11,7 @@ import collections
 from dataclasses import dataclass, field
 
 from rldbg.debug.registry import identify
-from rldbg.memory.leaks import describe, leak_suspicions, observe
+from rldbg.memory.leaks import MIN_CYCLES, WARMUP_CYCLES, describe, leak_suspicions, observe
 from rldbg.trace.events import moves
 
 LANE_SLICES = 600        # timeline slices kept per lane; the view shows the last N steps of them
@@ -50,6 +50,7 @@ class Lane:
     marks: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MARKS))
     ledger: dict = field(default_factory=dict)
     cycles: dict = field(default_factory=dict)   # freeing transition -> deque of leaks.Cycle
+    flagged: dict = field(default_factory=dict)  # freeing transition -> its keys in EventStore.flags
 
     @property
     def in_call(self) -> bool:
@@ -140,10 +141,16 @@ class EventStore:
         if q is None:
             q = lane.cycles[name] = collections.deque(maxlen=CYCLES)
         q.append(c)
-        for key in [k for k in self.flags if k[:3] == ("leak", role, rank) and k[3] == name]:
-            del self.flags[key]
-        for s in leak_suspicions(q):
-            self.flags[("leak", role, rank, name, s["category"])] = describe(s)
+        if len(q) < WARMUP_CYCLES + MIN_CYCLES:
+            return    # the rule gives no verdict yet: skip the work (ingest is on the poll path)
+        old = lane.flagged.pop(name, ())
+        for key in old:
+            self.flags.pop(key, None)
+        found = leak_suspicions(q)
+        if found:
+            keys = lane.flagged[name] = [("leak", role, rank, name, s["category"]) for s in found]
+            for key, s in zip(keys, found):
+                self.flags[key] = describe(s)
 
 
 def fmt_bytes(n) -> str:
