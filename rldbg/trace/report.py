@@ -1,5 +1,5 @@
 """What a trace says about a run: where step time goes, who straggles, how long the controller
-idles between calls, memory peaks per phase, and memory that an offload did not give back.
+idles between calls, memory peaks per phase, and leak suspicions (the one rule in rldbg.memory.leaks).
 
 Works on the exported Chrome JSON (rldbg's own layout: see export.py), so a trace copied off a
 cluster can be analysed anywhere.
