@@ -13,7 +13,7 @@ import time
 
 import rldbg
 from rldbg import instrument as ri
-from rldbg.trace import runtime
+from rldbg.trace import events as ev, runtime
 from rldbg.trace.export import export_spill
 from rldbg.trace.recorder import Recorder
 from rldbg.trace.spill import SpillWriter
@@ -78,14 +78,15 @@ def export_speed(n_events: int, out_dir: str) -> dict:
         rank = i % 8
         if i % 4 == 0:
             flow += 1
-            batch.append(["X", "call", "update_actor", t, 900_000, "actor", rank, i // 1000, "update_actor",
-                          flow, {"group": "actor"}])
+            batch.append(ev.slice_event("call", "update_actor", t, 900_000, "actor", rank, i // 1000,
+                                        "update_actor", flow, {"group": "actor"}))
         elif i % 4 == 1:
-            batch.append(["X", "user", "forward", t + 10, 1000, "actor", rank, i // 1000, "update_actor", None, {}])
+            batch.append(ev.slice_event("user", "forward", t + 10, 1000, "actor", rank, i // 1000, "update_actor",
+                                        None, {}))
         elif i % 4 == 2:
-            batch.append(["C", "memory", "memory", t, 0, "actor", rank, None, None, None, {"rss": 1 << 30}])
+            batch.append(ev.memory_event(t, "actor", rank, None, None, {"rss": 1 << 30}))
         else:
-            batch.append(["i", "user", "mark", t, 0, "actor", rank, None, None, None, {}])
+            batch.append(ev.instant_event("user", "mark", t, "actor", rank, None, None, {}))
         t += 1_000_000
         if len(batch) == 20_000:
             w.write({"pid": 1, "host": "h", "dropped": 0, "events": batch})

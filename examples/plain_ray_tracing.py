@@ -23,7 +23,7 @@ from rldbg import instrument as ri  # noqa: E402
 class Worker:
     def __init__(self, role: str, rank: int, world: int):
         self.role, self.rank = role, rank
-        ri.set_worker_identity(role, rank, world)   # finds the collector if tracing is on
+        ri.set_worker_identity(role, rank, world)   # publishes role/rank for the CLI; finds the collector
         self.weights = bytearray(1 << 20)
         ri.ledger("params", len(self.weights))
 
@@ -33,7 +33,7 @@ class Worker:
                 time.sleep(seconds)
             rldbg.counter("tokens", generated=100 * (self.rank + 1))
             if method == "update":
-                with ri.transition("offload_optimizer"):
+                with ri.transition("offload_optimizer", frees=("optimizer",)):   # declares what it moves
                     ri.ledger("optimizer", 0)
             return {"rank": self.rank}
 

@@ -2,7 +2,6 @@
 a visible line: the driver is the single controller, each call runs on all ranks."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -115,31 +114,18 @@ def warm_start(actor, task, tokenizer, cfg: Config) -> None:
 
 
 def worker_env(cfg: Config) -> dict:
-    """Environment for worker processes: debugging switches travel to every rank."""
-    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    if cfg.debug.breakpoints:
-        env["RLDBG_BREAKPOINTS"] = ";".join(cfg.debug.breakpoints)
-    if cfg.debug.post_mortem:
-        # rldbg's switch pauses at the raising frame (Ray's own would stop where the
-        # dispatch layer re-raises the error with role/rank/step attached).
-        env["RLDBG_POST_MORTEM"] = "1"
-    if cfg.debug.listen_roles:
-        env["RLDBG_LISTEN_ROLES"] = ",".join(map(str, cfg.debug.listen_roles))
-    if cfg.debug.listen_ranks:
-        env["RLDBG_LISTEN_RANKS"] = ",".join(map(str, cfg.debug.listen_ranks))
+    """Environment for worker processes: rldbg's switches (validated here, on the driver) travel
+    to every rank."""
+    import rldbg
+
+    profile = None
     if cfg.profile.roles or cfg.profile.ranks or cfg.profile.steps:
-        from rldbg.profilers.spec import to_env
-
-        env["RLDBG_PROFILE"] = to_env(profile_dir(cfg), roles=cfg.profile.roles, ranks=cfg.profile.ranks,
-                                      steps=cfg.profile.steps, run=Path(cfg.trainer.run_dir).name)
-    for key in ("RLDBG_BREAKPOINTS", "RLDBG_POST_MORTEM", "RAY_DEBUG_POST_MORTEM", "RLDBG_LISTEN_ROLES",
-                "RLDBG_LISTEN_RANKS"):
-        if key in os.environ and key not in env:
-            env[key] = os.environ[key]
-    from rldbg.debug.listen import check_env
-
-    check_env(env)  # a bad rank list fails on the driver, before any worker starts
-    return env
+        profile = {"dir": profile_dir(cfg), "roles": cfg.profile.roles, "ranks": cfg.profile.ranks,
+                   "steps": cfg.profile.steps, "run": Path(cfg.trainer.run_dir).name}
+    return {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            **rldbg.worker_env(breakpoints=cfg.debug.breakpoints, post_mortem=cfg.debug.post_mortem,
+                               listen_roles=cfg.debug.listen_roles, listen_ranks=cfg.debug.listen_ranks,
+                               profile=profile)}
 
 
 def _check_cluster(cfg: Config, started: bool) -> None:

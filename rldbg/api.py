@@ -16,6 +16,7 @@ import time
 
 from rldbg.context import current
 from rldbg.trace import runtime as _rt
+from rldbg.trace.events import counter_event as _counter, instant_event as _instant, slice_event as _slice
 
 _STATE = _rt.STATE
 _CTX = current()      # one object per process, mutated in place: bind it once
@@ -28,14 +29,6 @@ def _buffer():
     if rec is None and not _STATE.looked_up and _rt.lookup():
         rec = _STATE.recorder
     return rec
-
-
-def _append(rec, ev: tuple) -> None:
-    # Inlined Recorder.emit: the hot path is one length check and a deque append.
-    if len(rec.buf) < rec.capacity:
-        rec.buf.append(ev)
-    else:
-        rec.dropped += 1
 
 
 def _on() -> bool:
@@ -55,7 +48,8 @@ class _Span:
         self.name, self.args, self.t0 = name, args, 0
 
     def __enter__(self):
-        self.t0 = time.time_ns() if _on() else 0
+        # The flag first: while tracing is on, entering costs no function call besides the clock.
+        self.t0 = _now() if _STATE.on or _on() else 0
         return self
 
     def __exit__(self, et, ev, tb):
@@ -63,8 +57,13 @@ class _Span:
         if self.t0 and rec is not None:
             c = _CTX
             args = self.args if et is None else dict(self.args, error=et.__name__)
-            _append(rec, ("X", "user", self.name, self.t0, _now() - self.t0, c.role, c.rank,
-                          c.step, c.method, None, args))
+            # Inlined Recorder.emit: the hot path is one length check and a deque append.
+            buf = rec.buf
+            if len(buf) < rec.capacity:
+                buf.append(_slice("user", self.name, self.t0, _now() - self.t0, c.role, c.rank, c.step,
+                                  c.method, None, args))
+            else:
+                rec.dropped += 1
         return False
 
     def __call__(self, fn):
@@ -91,6 +90,8 @@ class _OffSpan(_Span):
 
 
 def span(name: str, **args) -> _Span:
+    """A slice named `name` with `args` on the current role/rank's track: `with rldbg.span(...)`
+    or `@rldbg.span(...)`. Raises ValueError for an empty or non-string name."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"span name must be a non-empty string, got {name!r}")
     if not _STATE.on and _STATE.looked_up:
@@ -99,23 +100,35 @@ def span(name: str, **args) -> _Span:
 
 
 def instant(name: str, **args) -> None:
+    """A point event named `name` with `args` on the current role/rank's track."""
     rec = _STATE.recorder or _buffer()
     if rec is not None:
         c = _CTX
-        _append(rec, ("i", "user", name, _now(), 0, c.role, c.rank, c.step, c.method, None, args))
+        buf = rec.buf
+        if len(buf) < rec.capacity:
+            buf.append(_instant("user", name, _now(), c.role, c.rank, c.step, c.method, args))
+        else:
+            rec.dropped += 1
 
 
 def counter(name: str, **values) -> None:
+    """One sample of numeric series `values` on the counter track "rank N <name> <series>"."""
     rec = _STATE.recorder or _buffer()
     if rec is not None:
         for k, v in values.items():
             if not isinstance(v, (int, float)):
                 raise ValueError(f"counter {name!r}: values must be numbers, got {k}={v!r}")
         c = _CTX
-        _append(rec, ("C", "user", name, _now(), 0, c.role, c.rank, c.step, c.method, None, values))
+        buf = rec.buf
+        if len(buf) < rec.capacity:
+            buf.append(_counter("user", name, _now(), c.role, c.rank, c.step, c.method, values))
+        else:
+            rec.dropped += 1
 
 
 def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001
+    """Pause here when this process matches role/rank/step and `when` (a bool or callable) holds;
+    see rldbg.debug.breakpoints."""
     try:
         from rldbg.debug.breakpoints import breakpoint as _bp
     except ImportError:

@@ -13,10 +13,15 @@ Driver side, around every worker-group call:
     call.tag                                               # small picklable tag sent with the call to ranks
 
 Worker side:
-    set_worker_identity(role, rank, world)                 # once, at actor start; finds the collector
+    set_worker_identity(role, rank, world, roles=...)      # once, at actor start: identity (rldbg.context),
+                                                           # published for the CLI; finds the collector
     with worker_call(role, rank, method, tag): ...         # one span per rank per registered call
-    with transition("offload_optimizer", **args): ...      # hybrid-engine mode switches; memory before/after
+    with transition("offload_optimizer", frees=("optimizer",)): ...  # mode switches; memory before/after;
+                                                           # frees=/loads= declare the ledger categories moved
     ledger(category, nbytes)                               # bytes held by category (params, optimizer, kv_cache, ...)
+
+Events are built only by rldbg.trace.events' constructors; the RLDBG_* switches workers read are
+built by rldbg.worker_env(). The README's "the contract" section documents all of it.
 
 Driver step markers:
     with step(n): ...
@@ -33,16 +38,17 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from rldbg.context import current, set_identity
+from rldbg.context import WorkerIdentity, current, set_worker
 from rldbg.control import gate as _gate
 from rldbg.memory.probes import sample as _mem_sample
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
 from rldbg.profilers.torch_prof import profile_call as _profile_call
 from rldbg.trace import runtime as _rt
-from rldbg.trace.events import LEDGER, MEMORY
+from rldbg.trace.events import (FREES, LOADS, driver_call_event, instant_event, ledger_event, memory_event,
+                                slice_event, transition_event)
 
 _flow_ids = itertools.count(1)
-_ident = {"role": None, "rank": 0}
+_CTX = current()      # one object per process, mutated in place
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,8 @@ class CallTag:
 
 @dataclass
 class Call:
+    """One driver call in flight (call_begin's result); pass it to the other call_* hooks."""
+
     tag: CallTag
     mode: str
     world: int
@@ -72,14 +80,6 @@ class Call:
 def enabled() -> bool:
     """True when this process records events."""
     return _rt.STATE.on
-
-
-def identity() -> tuple[str, int]:
-    """(role, rank) given to set_worker_identity; the current context when never set."""
-    if _ident["role"] is None:
-        ctx = current()
-        return ctx.role, ctx.rank
-    return _ident["role"], _ident["rank"]
 
 
 def summarize(obj) -> dict | None:
@@ -120,6 +120,8 @@ def _mem_value(m: dict) -> int:
 # ---- driver -------------------------------------------------------------------------------
 
 def call_begin(group: str, method: str, mode: str, world: int, step: int | None = None) -> Call:
+    """Open a driver call of `group.method` on `world` ranks (`mode`: the dispatch mode, free text).
+    Send `call.tag` with the call to every rank (for worker_call / method_entry)."""
     on = _rt.STATE.on
     version, texts = _gate.current_specs()
     specs = (version, tuple(texts)) if version else None
@@ -137,6 +139,7 @@ def call_ready(call: Call, shards: list | None = None) -> None:
 
 
 def call_dispatched(call: Call, shards: list | None = None) -> None:
+    """Everything is sent; `shards` (optional, one summarize()d dict per rank) go in the trace."""
     if _rt.STATE.on:
         call.t_dispatched = time.time_ns()
         if shards is not None:
@@ -150,17 +153,19 @@ def _finish(call: Call, status: str, extra: dict) -> None:
     tag = call.tag
     args = {"group": tag.group, "mode": call.mode, "world": call.world, "status": status,
             "t_dispatched": call.t_dispatched or t_end, "shards": call.shards, **extra}
-    _rt.emit(("D", "call", f"{tag.group}.{tag.method}", call.t_begin, t_end - call.t_begin,
-              "driver", 0, tag.step, tag.method, tag.flow_id, args))
+    _rt.emit(driver_call_event(f"{tag.group}.{tag.method}", call.t_begin, t_end - call.t_begin,
+                               tag.step, tag.method, tag.flow_id, args))
 
 
 def call_collected(call: Call, result=None) -> None:
+    """Results are in: closes the call (its trace event is recorded now); the step gate may pause."""
     if _rt.STATE.on:
         _finish(call, "ok", {"result": result if isinstance(result, (dict, type(None))) else summarize(result)})
     _gate.after_collect(call, result)  # after the trace event: a pause here is not part of the call
 
 
 def call_failed(call: Call, exc: BaseException) -> None:
+    """The call raised `exc` (instead of call_collected): recorded with status "error"."""
     if _rt.STATE.on:
         _finish(call, "error", {"error": f"{type(exc).__name__}: {exc}"[:500]})
 
@@ -173,28 +178,63 @@ def step(n: int):
     _gate.set_step(n)
     t0 = time.time_ns() if _rt.STATE.on else 0
     if t0:
-        _rt.emit(("i", "step", "step start", t0, 0, "driver", 0, n, None, None, {"step": n}))
+        _rt.emit(instant_event("step", "step start", t0, "driver", 0, n, None, {"step": n}))
     try:
         yield
     finally:
         ctx.step = prev
         if t0 and _rt.STATE.on:
-            _rt.emit(("X", "step", f"step {n}", t0, time.time_ns() - t0, "driver", 0, n, None, None, {"step": n}))
+            _rt.emit(slice_event("step", f"step {n}", t0, time.time_ns() - t0, "driver", 0, n, None, None,
+                                 {"step": n}))
 
 
 # ---- worker -------------------------------------------------------------------------------
 
-def set_worker_identity(role: str, rank: int, world: int) -> None:
-    set_identity(role, rank, world)
-    _ident["role"], _ident["rank"] = role, rank
+def set_worker_identity(role: str, rank: int, world: int, *, roles=None, node_id: str | None = None,
+                        node_ip: str | None = None) -> WorkerIdentity:
+    """Call once at worker (actor) start: this process serves `role` (or, colocated, all of
+    `roles`, e.g. ("actor", "reward")) as `rank` of `world`. rldbg labels the process's events
+    with it, finds the trace collector, and publishes the identity in the cluster's registry
+    (Ray's internal KV, keyed by actor id) so `rldbg breakpoints / stack / top / attach` name the
+    role and rank of ANY trainer's actors, whatever their repr. node_id/node_ip default to Ray's.
+    Returns the identity; its .label ("actor+reward[rank 1/2]", rldbg.context.worker_label) is
+    what a trainer may return from its actors' __repr__ so the Ray dashboard shows it too."""
+    from rldbg.context import _roles
+
+    names = _roles(roles if roles else role)
+    if role not in names and "+".join(names) != role:
+        names = (role, *[r for r in names if r != role])
+    if node_id is None or node_ip is None:
+        found_id, found_ip = _ray_node()
+        node_id, node_ip = node_id or found_id, node_ip or found_ip
+    ident = WorkerIdentity(names, int(rank), int(world), node_id or "", node_ip or "")
+    set_worker(ident)
     _rt.lookup(force=True)
+    from rldbg.debug.registry import publish_identity
+
+    publish_identity(ident)
     from rldbg.debug.listen import maybe_listen
 
-    maybe_listen(role, rank, world)  # debug mode (RLDBG_LISTEN_ROLES): one env lookup when off
+    maybe_listen(ident.role, ident.rank, ident.world)  # debug mode (RLDBG_LISTEN_ROLES): one env lookup when off
+    return ident
+
+
+def _ray_node() -> tuple[str, str]:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id() or "", ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - identity must never stop a worker from starting
+        pass
+    return "", ""
 
 
 @contextlib.contextmanager
 def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
+    """`with worker_call(...)`: this rank serves `method` for the driver call `tag` (None for an
+    untagged call): one span on role/rank's track joined to the driver's send/recv, memory before
+    and after; user spans and breakpoints inside see role/rank/step/method."""
     ctx = current()
     prev = (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id)
     ctx.role, ctx.rank, ctx.method = role, rank, method
@@ -217,7 +257,7 @@ def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
             "group": tag.group if tag is not None else None}
     m0 = _mem_sample()
     t0 = time.time_ns()
-    _rt.emit(("C", "memory", MEMORY, t0, 0, role, rank, ctx.step, method, None, m0))
+    _rt.emit(memory_event(t0, role, rank, ctx.step, method, m0))
     try:
         with _profile_call(role, rank, method, ctx.step):  # operator slices nest in this span
             yield
@@ -228,8 +268,8 @@ def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
         t1 = time.time_ns()
         m1 = _mem_sample()
         args["mem_before"], args["mem_after"] = _mem_value(m0), _mem_value(m1)
-        _rt.emit(("X", "call", method, t0, t1 - t0, role, rank, ctx.step, method, flow, args))
-        _rt.emit(("C", "memory", MEMORY, t1, 0, role, rank, ctx.step, method, None, m1))
+        _rt.emit(slice_event("call", method, t0, t1 - t0, role, rank, ctx.step, method, flow, args))
+        _rt.emit(memory_event(t1, role, rank, ctx.step, method, m1))
         ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = prev
 
 
@@ -243,10 +283,33 @@ def _apply_live_specs(specs: tuple) -> None:
     _specs_seen[0] = specs[0]
 
 
+def _categories(what, kw: str) -> tuple:
+    if not what:
+        return ()
+    if isinstance(what, str):
+        return (what,)
+    out = tuple(what)
+    if not all(isinstance(c, str) and c for c in out):
+        raise ValueError(f"transition {kw}= takes ledger category names (strings), got {what!r}")
+    return out
+
+
 @contextlib.contextmanager
-def transition(name: str, **args):
+def transition(name: str, frees=(), loads=(), **args):
     """A hybrid-engine transition: its own span with memory before and after (and, when
-    RLDBG_CUDA_MEMORY_SNAPSHOT is set on a GPU, a CUDA memory snapshot around it)."""
+    RLDBG_CUDA_MEMORY_SNAPSHOT is set on a GPU, a CUDA memory snapshot around it).
+
+    Declare what it moves, in ledger categories (the names given to ledger()):
+        with transition("offload_optimizer", frees=("optimizer",)): ...
+        with transition("reload_params", loads=("params",)): ...
+    rldbg never guesses from the name: leak detection checks what a rank still holds after each
+    transition that declares `frees`, and `rldbg top` marks transitions by what they declare.
+    Other keyword arguments are recorded with the span."""
+    frees, loads = _categories(frees, "frees"), _categories(loads, "loads")
+    if frees:
+        args[FREES] = frees
+    if loads:
+        args[LOADS] = loads
     with _cuda_snapshot(name), _transition_span(name, **args):
         yield
 
@@ -260,7 +323,7 @@ def _transition_span(name: str, **args):
     role, rank, stp, method = ctx.role, ctx.rank, ctx.step, ctx.method
     m0 = _mem_sample()
     t0 = time.time_ns()
-    _rt.emit(("C", "memory", MEMORY, t0, 0, role, rank, stp, method, None, m0))
+    _rt.emit(memory_event(t0, role, rank, stp, method, m0))
     a = {"role": role, "rank": rank, "step": stp, "method": method, **args}
     try:
         yield
@@ -271,16 +334,17 @@ def _transition_span(name: str, **args):
         t1 = time.time_ns()
         m1 = _mem_sample()
         a["mem_before"], a["mem_after"] = _mem_value(m0), _mem_value(m1)
-        _rt.emit(("X", "transition", name, t0, t1 - t0, role, rank, stp, method, None, a))
-        _rt.emit(("C", "memory", MEMORY, t1, 0, role, rank, stp, method, None, m1))
+        _rt.emit(transition_event(name, t0, t1 - t0, role, rank, stp, method, a))
+        _rt.emit(memory_event(t1, role, rank, stp, method, m1))
 
 
 def ledger(category: str, nbytes: int) -> None:
-    if not _rt.STATE.on:
-        return
-    ctx = current()
-    _rt.emit(("C", "ledger", LEDGER, time.time_ns(), 0, ctx.role, ctx.rank, ctx.step, ctx.method, None,
-              {str(category): int(nbytes)}))
+    """This rank now holds `nbytes` in `category` (params, optimizer, kv_cache, ...: any name; the
+    names transitions declare in frees=/loads=). Report when it changes."""
+    rec = _rt.STATE.recorder
+    if rec is not None:
+        ctx = _CTX
+        rec.emit(ledger_event(time.time_ns(), ctx.role, ctx.rank, ctx.step, ctx.method, str(category), int(nbytes)))
 
 
 # ---- debugging hooks (rldbg.debug is imported only when a switch is on) ----------------

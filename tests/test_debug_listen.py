@@ -77,8 +77,11 @@ def test_local_paths_map_to_the_workers_root(tmp_path):
 @ray.remote
 class Lone:
     def __init__(self):
+        from rldbg import instrument
         from rldbg.debug.listen import maybe_listen
-        self.entry = maybe_listen("critic", 0, 1)
+        # A colocated worker declares all its roles; rldbg reads no actor name.
+        instrument.set_worker_identity("critic", 0, 1, roles=("critic", "reward"))
+        self.entry = maybe_listen("critic", 0, 1)   # the listener set_worker_identity opened
 
     def get(self):
         return self.entry

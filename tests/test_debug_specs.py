@@ -6,7 +6,8 @@ import pytest
 from rldbg.commands.vscode import strip_jsonc, update_launch
 from rldbg.debug import breakpoints as bp
 from rldbg.debug.specs import FORM, Spec, SpecError, SpecSet, from_env, matches, parse, parse_many
-from rldbg.debug.workers import TargetError, parse_repr, resolve_target
+from rldbg.context import WorkerIdentity, parse_label, worker_label
+from rldbg.debug.workers import TargetError, resolve_target
 
 
 def test_parse_forms():
@@ -102,8 +103,16 @@ def test_format_remote_error():
 
 
 def test_repr_and_targets():
-    assert parse_repr("actor_rollout_ref+critic[rank 1/2]") == ("actor_rollout_ref+critic", 1, 2)
-    assert parse_repr("Worker") is None
+    # rldbg formats the label and reads it back; anything else is not a worker label.
+    label = worker_label(("actor_rollout_ref", "critic"), 1, 2)
+    assert label == "actor_rollout_ref+critic[rank 1/2]"
+    ident = parse_label(label)
+    assert ident == WorkerIdentity(("actor_rollout_ref", "critic"), 1, 2) and ident.label == label
+    assert ident.role == "actor_rollout_ref+critic" and ident.has_role("critic") and not ident.has_role("ref")
+    for other in ("Worker", "ActorWorker:None", "actor[rank x/2]", "[rank 1/2]", "actor[rank 1/2"):
+        assert parse_label(other) is None
+    with pytest.raises(ValueError, match="bad role"):
+        worker_label("actor role", 0, 1)
     never = lambda: pytest.fail("the dashboard must not be needed for HOST:PORT")  # noqa: E731
     assert resolve_target("127.0.0.1:5678", never)[:2] == ("127.0.0.1", 5678)
     for bad, needle in [("nonsense", "expected HOST:PORT"), ("127.0.0.1:x", "not a port"), ("actor:x", "port or a rank")]:

@@ -43,8 +43,9 @@ class HostBase:
         self._info = RankInfo(rank, world_size, master_addr, master_port, device, pool)
         self._role_specs = roles
         self._workers: dict = {}
-        self._label = f"{'+'.join(roles)}[rank {rank}/{world_size}]"
-        instrument.set_worker_identity(next(iter(roles)), rank, world_size)
+        # rldbg owns the label's format ("actor+reward[rank 1/2]") and publishes the identity
+        # for its CLI; the repr only makes the Ray dashboard show the same label.
+        self._label = instrument.set_worker_identity(next(iter(roles)), rank, world_size, roles=tuple(roles)).label
 
     def __repr__(self) -> str:
         # The dashboard shows this as the actor's repr_name: role(s) and rank at a glance.

@@ -52,7 +52,7 @@ class CriticWorker(Worker):
         c = self.config.critic
         r_len = batch.tensors["responses"].shape[1]
         if self.offloader.is_offloaded("optimizer"):
-            with instrument.transition("reload_optimizer"):
+            with instrument.transition("reload_optimizer", loads=("critic_optimizer",)):
                 self.offloader.reload("optimizer")
 
         def loss_fn(micro: DataProto, denom: float, world: int):
@@ -68,7 +68,7 @@ class CriticWorker(Worker):
                                        c.ppo_epochs, c.grad_clip, "token-mean", loss_fn)
         metrics = {("critic/grad_norm" if k == "grad_norm" else k): v for k, v in metrics.items()}
         if self.config.offload.optimizer:  # the critic's optimizer is idle until the next update
-            with instrument.transition("offload_optimizer"):
+            with instrument.transition("offload_optimizer", frees=("critic_optimizer",)):
                 self.offloader.offload("optimizer", ops.optimizer_tensors(self.optimizer))
         self._report_ledger()
         return DataProto.from_dict(meta={"metrics": metrics})

@@ -76,35 +76,36 @@ class ActorRolloutRefWorker(Worker):
     def to_rollout_mode(self) -> None:
         off = self.config.offload
         # The call's own span marks the mode switch; each step inside is a transition of its own.
-        with instrument.transition("rollout_wake", tags="weights"):
+        with instrument.transition("rollout_wake", loads=("rollout_weights",), tags="weights"):
             self.rollout.wake_up(tags=("weights",))
         with instrument.transition("sync_weights"):
             self.rollout.load_weights((n, t.detach()) for n, t in self._named_weights())
-        with instrument.transition("rollout_wake", tags="kv_cache"):
+        with instrument.transition("rollout_wake", loads=("kv_cache",), tags="kv_cache"):
             self.rollout.wake_up(tags=("kv_cache",))
         if off.grads:
-            with instrument.transition("offload_grads"):
+            with instrument.transition("offload_grads", frees=("grads",)):
                 self.optimizer.zero_grad(set_to_none=True)
         if off.optimizer:
-            with instrument.transition("offload_optimizer"):
+            with instrument.transition("offload_optimizer", frees=("optimizer",)):
                 self.offloader.offload("optimizer", ops.optimizer_tensors(self.optimizer))
         if off.params:
-            with instrument.transition("offload_params"):
+            with instrument.transition("offload_params", frees=("params",)):
                 self.offloader.offload("actor_params", list(self.model.parameters()))
         self.mode = "rollout"
         self._report_ledger()
 
     @register(Dispatch.ONE_TO_ALL)
     def to_train_mode(self) -> None:
-        with instrument.transition("release_kv_cache"):
+        with instrument.transition("release_kv_cache", frees=("kv_cache",)):
             self.rollout.release_kv_cache()
-        with instrument.transition("rollout_sleep", level=self.config.rollout.sleep_level):
-            self.rollout.sleep(self.config.rollout.sleep_level)
+        level = self.config.rollout.sleep_level
+        with instrument.transition("rollout_sleep", frees=("rollout_weights", "kv_cache"), level=level):
+            self.rollout.sleep(level)
         if self.offloader.is_offloaded("actor_params"):
-            with instrument.transition("reload_params"):
+            with instrument.transition("reload_params", loads=("params",)):
                 self.offloader.reload("actor_params")
         if self.offloader.is_offloaded("optimizer"):
-            with instrument.transition("reload_optimizer"):
+            with instrument.transition("reload_optimizer", loads=("optimizer",)):
                 self.offloader.reload("optimizer")
         self.mode = "train"
         self._report_ledger()
@@ -141,11 +142,11 @@ class ActorRolloutRefWorker(Worker):
     @register(Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, batch: DataProto) -> DataProto:
         if self.config.offload.ref and self.offloader.is_offloaded("ref_params"):
-            with instrument.transition("reload_ref"):
+            with instrument.transition("reload_ref", loads=("ref_params",)):
                 self.offloader.reload("ref_params")
         logp, _ = self._logprobs(self.ref, batch)
         if self.config.offload.ref:
-            with instrument.transition("offload_ref"):
+            with instrument.transition("offload_ref", frees=("ref_params",)):
                 self.offloader.offload("ref_params", list(self.ref.parameters()))
         return DataProto.from_dict(tensors={"ref_log_probs": logp})
 

@@ -147,7 +147,12 @@ def resolve_dashboard(address: str | None = None, job: str | None = None) -> tup
     return DEFAULT_ADDRESS, "the default address"
 
 
-def parse_repr(text: str) -> dict | None:
+def hub_repr(url: str, job_id: str) -> str:
+    """The hub actor's repr (what the dashboard lists); parse_hub_repr reads it back."""
+    return f"{REPR_PREFIX}{url} job={job_id}"
+
+
+def parse_hub_repr(text: str) -> dict | None:
     """'rldbg-hub http://127.0.0.1:5001 job=01000000' -> {url, job_id}; None if not a hub."""
     if not text or not text.startswith(REPR_PREFIX):
         return None
@@ -167,7 +172,7 @@ def discover(dashboard_address: str | None = None) -> list[dict]:
     by_url = {f.get("url"): f for f in files}
     hubs = []
     for a in Dashboard(dashboard_address).actors(detail=True, filters=[("state", "=", "ALIVE")]):
-        found = parse_repr(a.get("repr_name") or "")
+        found = parse_hub_repr(a.get("repr_name") or "")
         if found is None and a.get("class_name") != CLASS_NAME:
             continue
         found = found or {"url": None, "job_id": a.get("job_id")}

@@ -57,7 +57,9 @@ class ControlHub:
         self.server, self.url = serve(self, host, port, token)
 
     def __repr__(self) -> str:
-        return f"rldbg-hub {self.url} job={self.job_id}"
+        from rldbg.control.discovery import hub_repr
+
+        return hub_repr(self.url, self.job_id)
 
     def info(self) -> dict:
         return {"url": self.url, "job_id": self.job_id}
@@ -234,14 +236,12 @@ class ControlHub:
             return None
 
     def events(self, cursor: int, limit: int) -> dict:
-        from rldbg.trace.events import ARGS
+        from rldbg.trace.events import to_dict
         got = self._ask_collector("events_since", cursor, limit)
         if got is None:
             return {"cursor": cursor, "events": [], "trace_enabled": False}
         nxt, evs = got
-        names = ("ph", "cat", "name", "ts_ns", "dur_ns", "role", "rank", "step", "method", "flow", "args")
-        return {"cursor": nxt, "trace_enabled": True,
-                "events": [dict(zip(names, ev[:ARGS + 1])) for ev in evs]}
+        return {"cursor": nxt, "trace_enabled": True, "events": [to_dict(ev) for ev in evs]}
 
     def state(self) -> dict:
         cfg = self._ask_collector("config", timeout=5.0)

@@ -19,10 +19,11 @@ import threading
 import time
 import traceback as _tb
 
-from rldbg import api
 from rldbg.context import current
 from rldbg.debug import listener
 from rldbg.debug.specs import Spec, SpecSet, from_env, matches
+from rldbg.trace import runtime as _rt
+from rldbg.trace.events import instant_event
 
 POST_MORTEM_ENV = "RLDBG_POST_MORTEM"
 
@@ -107,10 +108,10 @@ def _record(frame, reason: str, extra: dict) -> dict:
         "since": time.time(),
         **extra,
     }
-    api.instant(
-        "breakpoint", file=entry["file"], line=entry["line"], role=ctx.role, rank=ctx.rank,
-        step=ctx.step, method=ctx.method, reason=reason,
-    )
+    if _rt.STATE.on or _rt.lookup():
+        _rt.emit(instant_event("user", "breakpoint", time.time_ns(), ctx.role, ctx.rank, ctx.step, ctx.method,
+                               {"file": entry["file"], "line": entry["line"], "role": ctx.role, "rank": ctx.rank,
+                                "step": ctx.step, "method": ctx.method, "reason": reason}))
     return entry
 
 

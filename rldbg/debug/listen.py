@@ -69,22 +69,6 @@ def _split_roles(roles) -> list[str]:
     return [str(r) for r in roles]
 
 
-def _roles_from_actor_name(roles: list[str]) -> list[str]:
-    """A colocated host actor is named "<run>:<role+role>:rank<N>"; its roles beyond the
-    one the seam passes are read from there, so RLDBG_LISTEN_ROLES=reward also matches."""
-    try:
-        import ray
-        name = ray.get_runtime_context().get_actor_name() or ""
-    except Exception:  # noqa: BLE001 - outside an actor
-        return roles
-    parts = name.split(":")
-    if len(parts) >= 3 and parts[-1].startswith("rank"):
-        more = [r for r in parts[-2].split("+") if r]
-        if set(roles) <= set(more):
-            return more
-    return roles
-
-
 def maybe_listen(roles, rank: int, world: int) -> dict | None:
     """Open a listener when this worker's role and rank are chosen; returns the
     registry entry (or None). One env lookup when debug mode is off. Never raises:
@@ -94,7 +78,7 @@ def maybe_listen(roles, rank: int, world: int) -> dict | None:
     if _state["entry"] is not None:
         return _state["entry"]
     try:
-        have = _roles_from_actor_name(_split_roles(roles))
+        have = _split_roles(roles)   # every role of a colocated worker: set_worker_identity passes them
         if not chosen(have, rank):
             return None
         return _listen(have, rank, world)

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 NAMESPACE = "rldbg"
 PREFIX = "rldbg:listen:"
+WORKER_PREFIX = "rldbg:worker:"   # every worker's identity (rldbg.instrument.set_worker_identity)
 ADDRESS_HINT = "pass --ray-address HOST:PORT (the GCS address `ray start` printed) or set RAY_ADDRESS"
 
 
@@ -79,8 +80,27 @@ class ListeningWorker:
 
 # --- writing (worker side) -------------------------------------------------------------
 
-def key_for(job_id: str, ident: str) -> str:
-    return f"{PREFIX}{job_id}:{ident}"
+def key_for(job_id: str, ident: str, prefix: str = PREFIX) -> str:
+    return f"{prefix}{job_id}:{ident}"
+
+
+def publish_identity(ident) -> None:
+    """Inside a Ray actor: put its WorkerIdentity (rldbg.context) under
+    rldbg:worker:<job_id>:<actor_id>, so the CLI names role and rank for any trainer's actors.
+    Outside an actor, or without Ray, nothing. Never raises: it must not stop a worker."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return
+        ctx = ray.get_runtime_context()
+        actor_id = ctx.get_actor_id()
+        if not actor_id:
+            return
+        put({**ident.to_dict(), "actor_id": actor_id, "pid": os.getpid(), "job_id": ctx.get_job_id(),
+             "key": key_for(ctx.get_job_id(), actor_id, WORKER_PREFIX)})
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def put(entry: dict) -> None:
@@ -116,7 +136,7 @@ def resolve_gcs_address(address: str | None = None, dashboard: str | None = None
     Order: explicit address, RAY_ADDRESS (unless an http URL), this process's Ray,
     the cluster whose dashboard is `dashboard` (local raylets), the only local cluster."""
     address = address or os.environ.get("RAY_ADDRESS", "")
-    if address and address != "auto" and not address.startswith(("http://", "https://")):
+    if address and address not in ("auto", "local") and not address.startswith(("http://", "https://")):
         return address
     try:
         import ray
@@ -157,9 +177,9 @@ class _Reader:
             raise RegistryError(f"cannot reach the Ray GCS at {gcs_address} ({e}); {ADDRESS_HINT}") from None
         self.address = gcs_address
 
-    def entries(self) -> dict[str, dict]:
+    def entries(self, prefix: str = PREFIX) -> dict[str, dict]:
         try:
-            keys = self.client.internal_kv_keys(PREFIX.encode(), namespace=NAMESPACE.encode(), timeout=10)
+            keys = self.client.internal_kv_keys(prefix.encode(), namespace=NAMESPACE.encode(), timeout=10)
             if not keys:
                 return {}
             values = self.client.internal_kv_multi_get(keys, namespace=NAMESPACE.encode(), timeout=10)
@@ -214,6 +234,40 @@ def listening_workers(address: str | None = None, role: str | None = None, ranks
         out.append(w)
     out.sort(key=lambda w: (w.role, w.rank, w.pid))
     return out
+
+
+def worker_identities(address: str | None = None, dashboard: str | None = None) -> dict:
+    """{actor_id: WorkerIdentity} of every live worker that called set_worker_identity; entries
+    of dead actors are deleted. address/dashboard: as listening_workers. Raises RegistryError."""
+    from rldbg.context import WorkerIdentity
+
+    reader = _Reader(resolve_gcs_address(address, dashboard))
+    entries = reader.entries(WORKER_PREFIX)
+    alive = reader.alive_actors() if entries else set()
+    out = {}
+    for key, data in entries.items():
+        if data.get("actor_id") not in alive:
+            reader.delete(key)
+            continue
+        out[data["actor_id"]] = WorkerIdentity.from_dict(data)
+    return out
+
+
+def identities_or_empty(address: str | None = None, dashboard: str | None = None) -> dict:
+    """worker_identities(), or {} when the cluster's registry cannot be read (the callers then
+    fall back to actors' labels)."""
+    try:
+        return worker_identities(address, dashboard)
+    except (RegistryError, ImportError):
+        return {}
+
+
+def identify(actor: dict, identities: dict):
+    """The WorkerIdentity of a dashboard actor row: its published identity, else its repr when
+    that is an rldbg label (rldbg.context.worker_label); None when neither says."""
+    from rldbg.context import parse_label
+
+    return identities.get(actor.get("actor_id")) or parse_label(actor.get("repr_name"))
 
 
 def parse_ranks(text: str | None, what: str = "ranks") -> frozenset | None:

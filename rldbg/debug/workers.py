@@ -1,22 +1,20 @@
 """Paused workers as users name them: role, rank, method, debugpy address.
 
 The dashboard knows a paused worker only by pid/port (num_paused_threads != 0);
-its running task gives the method ("<actor repr>.<method>"), and the actor's
-repr_name gives role and rank when the trainer names actors like
-"actor_rollout_ref[rank 1/2]" or "actor_rollout_ref+critic[rank 1/2]".
+its running task gives the method ("<actor repr>.<method>"), and the identity the
+worker published through rldbg.instrument.set_worker_identity (rldbg.debug.registry)
+gives role(s) and rank, whatever the trainer's actor repr looks like.
 """
 from __future__ import annotations
 
 import time
 
 import os
-import re
 import socket
 from dataclasses import asdict, dataclass
 
 from rldbg.dashboard import Dashboard
-
-_REPR = re.compile(r"^(?P<roles>[\w+\-.]+)\[rank (?P<rank>\d+)/(?P<world>\d+)\]$")
+from rldbg.debug.registry import identify, identities_or_empty
 
 
 @dataclass
@@ -45,14 +43,6 @@ class PausedWorker:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "address": self.address}
-
-
-def parse_repr(repr_name: str | None):
-    """"actor_rollout_ref+critic[rank 1/2]" -> ("actor_rollout_ref+critic", 1, 2), else None."""
-    m = _REPR.match((repr_name or "").strip())
-    if not m:
-        return None
-    return m.group("roles"), int(m.group("rank")), int(m.group("world"))
 
 
 def _local_cwd(pid: int, ip: str) -> str | None:
@@ -110,7 +100,9 @@ def _running_task(dash: Dashboard, worker: dict, wait_s: float) -> dict:
 
 def list_paused(dash: Dashboard, task_wait_s: float = 3.0) -> list[PausedWorker]:
     out = []
-    for w in dash.paused_workers():
+    workers = dash.paused_workers()
+    identities = identities_or_empty(dashboard=dash.address) if workers else {}
+    for w in workers:
         task = _running_task(dash, w, task_wait_s)
         name = task.get("name") or task.get("func_or_class_name")
         actor_id = task.get("actor_id")
@@ -123,9 +115,9 @@ def list_paused(dash: Dashboard, task_wait_s: float = 3.0) -> list[PausedWorker]
         if found:
             actor = found[0]
             actor_id = actor_id or actor.get("actor_id")
-        parsed = parse_repr(actor.get("repr_name"))
-        if parsed:
-            role, rank, world = parsed
+        ident = identify({**actor, "actor_id": actor_id}, identities)
+        if ident:
+            role, rank, world = ident.role, ident.rank, ident.world
         if role is None:
             role = actor.get("class_name") or (name.rsplit(".", 1)[0] if name and "." in name else "task")
         method = name.rsplit(".", 1)[-1] if name else None

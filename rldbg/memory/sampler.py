@@ -1,33 +1,34 @@
-"""Background memory sampler: one daemon thread per traced process at a fixed rate."""
+"""Background memory sampler: one daemon thread per traced process at a fixed rate.
+
+It is handed the function that records an event (rldbg.trace.runtime.emit) instead of importing
+the tracing runtime, which starts it: no import circle."""
 from __future__ import annotations
 
 import threading
 import time
 
-from rldbg.context import current
+from rldbg.context import current, identity
 from rldbg.memory.probes import sample
-from rldbg.trace.events import MEMORY
+from rldbg.trace.events import memory_event
 
 
 class Sampler:
-    def __init__(self, hz: float):
-        self.period = 1.0 / hz
+    def __init__(self, hz: float, emit):
+        self.period, self.emit = 1.0 / hz, emit
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, name="rldbg-mem-sampler", daemon=True)
         self._t.start()
 
     def _run(self) -> None:
-        from rldbg.trace.runtime import emit
-        from rldbg.instrument import identity
         while not self._stop.wait(self.period):
-            role, rank = identity()
-            ctx = current()
-            emit(("C", "memory", MEMORY, time.time_ns(), 0, role, rank, ctx.step, None, None, sample()))
+            who = identity()
+            self.emit(memory_event(time.time_ns(), who.roles[0], who.rank, current().step, None, sample()))
 
     def stop(self) -> None:
         self._stop.set()
         self._t.join(timeout=2)
 
 
-def start_sampler(hz: float) -> Sampler | None:
-    return Sampler(hz) if hz > 0 else None
+def start_sampler(hz: float, emit) -> Sampler | None:
+    """A sampler recording through `emit(event)` `hz` times a second; None when hz <= 0."""
+    return Sampler(hz, emit) if hz > 0 else None

@@ -1,7 +1,8 @@
 """The worker processes a profiling command points at, found through the Ray dashboard.
 
-An actor's repr_name "actor+critic[rank 1/2]" (or its name "<run>:actor+critic:rank1") gives
-roles and rank; the actor's pid and node give where py-spy must run. Actors that follow neither
+The identity a worker published (rldbg.instrument.set_worker_identity, read through
+rldbg.debug.registry) gives roles and rank (else an rldbg label as repr, else the name
+"<run>:actor+critic:rank1", which also gives the run); the actor's pid and node give where py-spy must run. Actors that follow neither
 convention are still listed (labelled by class and pid) unless a role or rank is asked for.
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ import socket
 from dataclasses import dataclass
 
 from rldbg.dashboard import Dashboard, DashboardError
-from rldbg.debug.workers import parse_repr
+from rldbg.debug.registry import identify, identities_or_empty
 
 _NAME = re.compile(r"^(?P<run>[^:]+):(?P<roles>[\w+\-.]+):rank(?P<rank>\d+)$")
 
@@ -65,13 +66,14 @@ def find(dash: Dashboard, role: str | None = None, rank: int | None = None, run:
     """Alive actors matching role (any of a colocated actor's roles), rank and run name."""
     actors = dash.actors(detail=True, filters=[("state", "=", "ALIVE")])
     ips = _node_ips(dash)
+    identities = identities_or_empty(dashboard=dash.address) if actors else {}
     out = []
     for a in actors:
         if not a.get("pid"):
             continue
-        parsed = parse_repr(a.get("repr_name"))
+        ident = identify(a, identities)
         m = _NAME.match(a.get("name") or "")
-        roles, rnk = (parsed[0], parsed[1]) if parsed else (
+        roles, rnk = (ident.role, ident.rank) if ident else (
             (m.group("roles"), int(m.group("rank"))) if m else (a.get("class_name") or "actor", None))
         actor_run = m.group("run") if m else None
         if role is not None and role not in roles.split("+"):

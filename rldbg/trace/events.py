@@ -1,27 +1,120 @@
-"""The one event record every process appends, and the constants naming its fields.
+"""The event record: the one schema every rldbg producer writes and every consumer reads.
 
-An event is a plain tuple (cheap to build, cheap to pickle):
+An event is a plain tuple (cheap to build, cheap to pickle, a JSON list in the spill):
     (ph, cat, name, ts_ns, dur_ns, role, rank, step, method, flow, args)
-ph:   "X" slice, "i" instant, "C" counter sample (args = {series: value}),
-      "D" one driver call (expanded into call/dispatch/send/wait/recv slices at export).
-cat:  "call" (a rank serving a driver call), "transition", "user", "step", "memory", "ledger", "rldbg".
-ts_ns is time.time_ns() on the recording process: one wall clock for every process, made
-relative to the trace origin only at export.
+ph:     SLICE "X" (a span), INSTANT "i", COUNTER "C" (args = {series: number}),
+        DRIVER_CALL "D" (one driver call, expanded into call/dispatch/send/wait/recv slices at export).
+cat:    "call" (a rank serving a driver call), "transition", "user", "step", "memory", "ledger", "rldbg".
+ts_ns:  time.time_ns() on the recording process: one wall clock for every process, made relative
+        to the trace origin only at export.
+role, rank, step, method: who recorded it (rldbg.context); flow: the driver call's flow id
+        that joins a rank's slice to the driver's send/recv; args: a small JSON-able dict.
+
+Producers build events ONLY with the constructors below; consumers read them ONLY through
+decode() (attribute access) or to_dict() (the hub's JSON form). A constructor is one tuple
+literal, so the hot path costs what a hand-built tuple costs plus one call.
+
+A transition's args carry what it moves, declared by the trainer, never guessed from its name:
+    args["frees"]: ledger categories (or "" for untracked memory) the transition gives back
+    args["loads"]: categories it brings (back) in
+Leak detection (rldbg.memory.leaks) reads these declarations.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 PH, CAT, NAME, TS, DUR, ROLE, RANK, STEP, METHOD, FLOW, ARGS = range(11)
+FIELDS = ("ph", "cat", "name", "ts_ns", "dur_ns", "role", "rank", "step", "method", "flow", "args")
 
 SLICE, INSTANT, COUNTER, DRIVER_CALL = "X", "i", "C", "D"
 
 # Counter event names; the exporter turns them into per-rank tracks "rank N <name> <series>".
 MEMORY, LEDGER = "memory", "ledger"
 
-# Transitions after which the named ledger categories should be (near) zero.
-OFFLOADS = {
-    "offload_optimizer": ("optimizer",),
-    "offload_params": ("params", "grads"),
-    "release_kv_cache": ("kv_cache",),
-    "rollout_sleep": ("rollout_weights", "kv_cache"),
-}
-RELOADS = {"reload_optimizer", "reload_params", "rollout_wake"}
+# Keys in a transition's args declaring what it moves.
+FREES, LOADS = "frees", "loads"
+
+
+class Event(NamedTuple):
+    """Read view of one record (decode()); fields as in the module docstring."""
+
+    ph: str
+    cat: str
+    name: str
+    ts_ns: int
+    dur_ns: int
+    role: str
+    rank: int
+    step: int | None
+    method: str | None
+    flow: int | None
+    args: dict | None
+
+
+# ---- constructors (the only way rldbg builds an event) ---------------------------------------
+
+def slice_event(cat: str, name: str, ts_ns: int, dur_ns: int, role: str, rank: int, step, method,
+                flow=None, args: dict | None = None) -> tuple:
+    """A span [ts_ns, ts_ns + dur_ns) on role/rank's track."""
+    return (SLICE, cat, name, ts_ns, dur_ns, role, rank, step, method, flow, args)
+
+
+def instant_event(cat: str, name: str, ts_ns: int, role: str, rank: int, step, method,
+                  args: dict | None = None) -> tuple:
+    """A point in time on role/rank's track."""
+    return (INSTANT, cat, name, ts_ns, 0, role, rank, step, method, None, args)
+
+
+def counter_event(cat: str, name: str, ts_ns: int, role: str, rank: int, step, method, values: dict) -> tuple:
+    """One sample of the numeric series in `values` ({series: number}) on role/rank's counter track."""
+    return (COUNTER, cat, name, ts_ns, 0, role, rank, step, method, None, values)
+
+
+def memory_event(ts_ns: int, role: str, rank: int, step, method, sample: dict) -> tuple:
+    """A memory sample (rldbg.memory.probes.sample(): rss, device_used, ...) of role/rank."""
+    return (COUNTER, MEMORY, MEMORY, ts_ns, 0, role, rank, step, method, None, sample)
+
+
+def ledger_event(ts_ns: int, role: str, rank: int, step, method, category: str, nbytes: int) -> tuple:
+    """Bytes role/rank holds in a ledger category (params, optimizer, kv_cache, ...) from now on."""
+    return (COUNTER, LEDGER, LEDGER, ts_ns, 0, role, rank, step, method, None, {category: nbytes})
+
+
+def transition_event(name: str, ts_ns: int, dur_ns: int, role: str, rank: int, step, method,
+                     args: dict) -> tuple:
+    """A hybrid-engine transition span; args carry FREES/LOADS and mem_before/mem_after."""
+    return (SLICE, "transition", name, ts_ns, dur_ns, role, rank, step, method, None, args)
+
+
+def driver_call_event(name: str, ts_ns: int, dur_ns: int, step, method: str, flow: int, args: dict) -> tuple:
+    """One driver→ranks call, recorded when it ends. args: group, mode, world, status, t_dispatched,
+    shards, result/error."""
+    return (DRIVER_CALL, "call", name, ts_ns, dur_ns, "driver", 0, step, method, flow, args)
+
+
+# ---- the decoder --------------------------------------------------------------------------
+
+_make = Event._make
+
+
+def decode(ev) -> Event:
+    """Any stored form of an event (tuple, or the list a spill holds) -> Event."""
+    return _make(ev)
+
+
+def to_dict(ev) -> dict:
+    """The JSON form the hub serves and `rldbg top` reads: {field: value} with FIELDS as keys."""
+    return dict(zip(FIELDS, ev))
+
+
+def from_dict(d: dict) -> Event:
+    """Inverse of to_dict (missing fields are None)."""
+    return Event(*(d.get(k) for k in FIELDS))
+
+
+def moves(args: dict | None) -> tuple[tuple, tuple]:
+    """(frees, loads) a transition's args declare; ((), ()) when it declares nothing."""
+    if not args:
+        return (), ()
+    return tuple(args.get(FREES) or ()), tuple(args.get(LOADS) or ())
+

@@ -14,6 +14,7 @@ import gzip
 import json
 import os
 
+from rldbg.trace.events import COUNTER, DRIVER_CALL, INSTANT, SLICE, decode
 from rldbg.trace.spill import iter_batches, iter_events, read_meta
 
 _dumps = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
@@ -36,16 +37,17 @@ class _Index:
         self.drops: dict[str, list] = {}          # "host:pid" -> [dropped, t_sent]
         self.n = 0
 
-    def see(self, batch: dict, ev: list) -> None:
-        ph, cat, _, ts, dur, role, rank = ev[:7]
+    def see(self, batch: dict, raw: list) -> None:
+        ev = decode(raw)
+        ts, role, rank = ev.ts_ns, ev.role, ev.rank
         self.n += 1
         if self.origin == 0 or ts < self.origin:
             self.origin = ts
         if role not in self.roles:
             self.roles[role] = len(self.roles) + 1
         self.ranks.setdefault(role, set()).add(rank)
-        if ph == "X" and cat == "call" and ev[9] is not None:
-            self.rank_ends.setdefault(ev[9], {})[(role, rank)] = ts + dur
+        if ev.ph == SLICE and ev.cat == "call" and ev.flow is not None:
+            self.rank_ends.setdefault(ev.flow, {})[(role, rank)] = ts + ev.dur_ns
 
 
 def _index(spill_dir: str) -> _Index:
@@ -67,10 +69,11 @@ def _open(path: str):
     raise ValueError(f"output {path!r} must end in .json or .json.gz")
 
 
-def export_spill(spill_dir: str, out_path: str, profile_dir: str | None = None) -> dict:
+def export_spill(spill_dir: str, out_path: str, extra=None) -> dict:
     """Write the trace; returns {"events": n_in, "written": n_out, "path": out_path}.
-    With `profile_dir`, torch.profiler traces written there by rldbg.profilers are merged
-    in, their operator slices nested inside the role/rank call that produced them."""
+    `extra(put, locate, origin_ns)` may add events of its own before the trailer: put(event dict)
+    writes one, locate(role, rank) -> (pid, tid) or None places it on a rank's track. The
+    exporter knows nothing of who adds them (rldbg.trace.session passes the torch.profiler merge)."""
     idx = _index(spill_dir)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)) or ".", exist_ok=True)
     flow_ids: dict = {}
@@ -94,10 +97,11 @@ def export_spill(spill_dir: str, out_path: str, profile_dir: str | None = None) 
         def flow_id(flow, role, rank) -> int:
             return flow_ids.setdefault((flow, role, rank), len(flow_ids) + 1)
 
-        for _, ev in iter_events(spill_dir):
+        for _, raw in iter_events(spill_dir):
+            ev = decode(raw)
             ph, cat, name, ts, dur, role, rank, stp, method, flow, args = ev
             pid, tid, rel = idx.roles[role], rank + 1, ts - idx.origin
-            if ph == "X":
+            if ph == SLICE:
                 a = dict(args or {})
                 a.setdefault("role", role)
                 a.setdefault("rank", rank)
@@ -110,20 +114,16 @@ def export_spill(spill_dir: str, out_path: str, profile_dir: str | None = None) 
                 if cat == "call" and flow is not None:
                     e.update(bind_id=flow_id(flow, role, rank), flow_in=True, flow_out=True)
                 put(e)
-            elif ph == "D":
+            elif ph == DRIVER_CALL:
                 _driver_call(put, ev, idx, flow_id)
-            elif ph == "C":
+            elif ph == COUNTER:
                 put({"ph": "C", "pid": pid, "name": f"rank {rank} {name}", "ts": _us(rel), "args": args})
-            elif ph == "i":
+            elif ph == INSTANT:
                 put({"ph": "i", "s": "t", "pid": pid, "tid": tid, "cat": cat, "name": name, "ts": _us(rel),
                      "args": dict(args or {}, role=role, rank=rank, step=stp)})
-        if profile_dir and os.path.isdir(profile_dir):
-            from rldbg.profilers.merge import merge_torch_traces
-
-            merge_torch_traces(profile_dir, put,
-                               lambda role, rank: (idx.roles[role], rank + 1)
-                               if rank in idx.ranks.get(role, ()) else None,
-                               idx.origin, within=(idx.origin, None))
+        if extra is not None:
+            extra(put, lambda role, rank: (idx.roles[role], rank + 1) if rank in idx.ranks.get(role, ()) else None,
+                  idx.origin)
         total = 0
         for key, (dropped, t_sent) in sorted(idx.drops.items()):
             total += dropped
@@ -138,8 +138,8 @@ def export_spill(spill_dir: str, out_path: str, profile_dir: str | None = None) 
     return {"events": idx.n, "written": written, "path": out_path}
 
 
-def _driver_call(put, ev: list, idx: _Index, flow_id) -> None:
-    _, _, name, ts, dur, role, _, stp, method, flow, args = ev
+def _driver_call(put, ev, idx: _Index, flow_id) -> None:
+    ts, dur, stp, method, flow, args = ev.ts_ns, ev.dur_ns, ev.step, ev.method, ev.flow, ev.args
     o = idx.origin
     end, world = ts + dur, int(args.get("world") or 0)
     t_disp = min(max(int(args.get("t_dispatched") or end), ts), end)

@@ -1,5 +1,5 @@
 """What a trace says about a run: where step time goes, who straggles, how long the controller
-idles between calls, memory peaks per phase, and memory that an offload did not give back.
+idles between calls, memory peaks per phase, and leak suspicions (the one rule in rldbg.memory.leaks).
 
 Works on the exported Chrome JSON (rldbg's own layout: see export.py), so a trace copied off a
 cluster can be analysed anywhere.
@@ -11,12 +11,11 @@ import re
 import statistics
 from collections import defaultdict
 
-from rldbg.trace.events import OFFLOADS
+from rldbg.memory.leaks import describe, leak_suspicions, observe
+from rldbg.trace.events import moves
 from rldbg.trace.load import TraceFileError, load_events, ts_ns
 
 STRAGGLER_RATIO = 1.5
-LEAK_BYTES = 16 * 1024 * 1024
-LEDGER_RESIDUE_BYTES = 1024 * 1024
 _RANK_COUNTER = re.compile(r"^rank (\d+) (memory|ledger)$")
 
 
@@ -166,41 +165,27 @@ def memory_peaks(t: Trace) -> list:
     return sorted(peaks.values(), key=lambda p: (p["role"], -p["peak_bytes"]))
 
 
-def _is_offload(name: str) -> bool:
-    return name in OFFLOADS or name.startswith(("offload", "release")) or name.endswith("sleep")
+def _ledger_at(t: Trace, role, rank, ts: int) -> dict:
+    """The rank's ledger as last reported at or before ts: {category: bytes}."""
+    out = {}
+    for (ro, rk, cat), series in t.ledger.items():
+        if ro == role and rk == rank:
+            i = bisect.bisect_right(series, (ts, float("inf")))
+            if i:
+                out[cat] = series[i - 1][1]
+    return out
 
 
-def leaks(t: Trace, threshold: int = LEAK_BYTES) -> list:
-    found = []
-    cycles = defaultdict(list)
-    for s in sorted(t.transitions, key=lambda s: s["ts"]):
-        if _is_offload(s["name"]) and s["args"].get("mem_after") is not None:
-            cycles[(s["role"], s["rank"], s["name"])].append(s)
-    for (role, rank, name), ss in sorted(cycles.items()):
-        levels = [s["args"]["mem_after"] for s in ss]
-        rises = sum(1 for a, b in zip(levels, levels[1:]) if b > a)
-        if len(levels) >= 2 and levels[-1] - levels[0] > threshold and rises >= (len(levels) - 1) / 2:
-            found.append({"kind": "memory_growth", "role": role, "rank": rank, "transition": name,
-                          "cycles": len(levels), "first_bytes": levels[0], "last_bytes": levels[-1],
-                          "grew_bytes": levels[-1] - levels[0]})
-    # Ledger categories an offload should have zeroed.
-    starts = defaultdict(list)
-    for s in t.calls + t.transitions:
-        starts[(s["role"], s["rank"])].append(s["ts"])
-    for v in starts.values():
-        v.sort()
+def leaks(t: Trace) -> list:
+    """Leak suspicions by the one rule in rldbg.memory.leaks (also used by `rldbg top`)."""
+    cycles = []
     for s in t.transitions:
-        for cat in OFFLOADS.get(s["name"], ()):
-            series = t.ledger.get((s["role"], s["rank"], cat))
-            if not series:
-                continue
-            nxt = [x for x in starts[(s["role"], s["rank"])] if x > s["end"]]
-            hi = nxt[0] if nxt else float("inf")
-            inside = [v for ts, v in series if s["ts"] <= ts < hi]
-            if inside and inside[-1] > LEDGER_RESIDUE_BYTES:
-                found.append({"kind": "ledger_not_zeroed", "role": s["role"], "rank": s["rank"],
-                              "transition": s["name"], "category": cat, "bytes": inside[-1], "step": s["step"]})
-    return found
+        frees, _ = moves(s["args"])
+        c = observe(s["role"], s["rank"], s["name"], s["step"], s["end"], frees, s["args"].get("mem_after"),
+                    _ledger_at(t, s["role"], s["rank"], s["end"]) if frees else {})
+        if c is not None:
+            cycles.append(c)
+    return leak_suspicions(cycles)
 
 
 def analyse(path: str) -> dict:
@@ -232,12 +217,5 @@ def render(r: dict) -> str:
     lines += [f"  {p['role']:<16} {p['phase']:<24} {_mib(p['peak_bytes']):>12}  (rank {p['rank']})"
               for p in r["memory_peaks"]]
     lines += ["", "leak suspicions:" if r["leaks"] else "leak suspicions: none"]
-    for k in r["leaks"]:
-        if k["kind"] == "memory_growth":
-            lines.append(f"  {k['role']} rank {k['rank']}: memory after {k['transition']} grew "
-                         f"{_mib(k['grew_bytes'])} over {k['cycles']} cycles "
-                         f"({_mib(k['first_bytes'])} -> {_mib(k['last_bytes'])})")
-        else:
-            lines.append(f"  {k['role']} rank {k['rank']}: ledger '{k['category']}' still {_mib(k['bytes'])} "
-                         f"after {k['transition']} (step {k['step']})")
+    lines += [f"  {describe(k)}" for k in r["leaks"]]
     return "\n".join(lines)

@@ -50,7 +50,7 @@ def attach(collector, config: dict, is_driver: bool = False, relookup=None) -> N
                                 on_gone=None if is_driver else _collector_gone,
                                 relookup=relookup or (lambda: _same_session(config)))
         STATE.config, STATE.is_driver = config, is_driver
-        STATE.sampler = start_sampler(float(config.get("memory_hz", 0.0)))
+        STATE.sampler = start_sampler(float(config.get("memory_hz", 0.0)), emit)
         STATE.on = True
 
 

@@ -189,7 +189,7 @@ def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
     if not export:
         return spill
     from rldbg.trace.export import export_spill
-    export_spill(spill, path, profile_dir=profile_dir)
+    export_spill(spill, path, extra=_torch_traces(profile_dir))
     return path
 
 
@@ -222,6 +222,19 @@ def loss_line(path: str) -> str:
     if not parts:
         return f"trace written to {path}"
     return f"trace written with {lo.get('total', 0)} events lost ({'; '.join(parts)}) to {path}"
+
+
+def _torch_traces(profile_dir: str | None):
+    """The exporter's `extra`: torch.profiler traces written under profile_dir by rldbg.profilers,
+    their operator slices nested inside the role/rank call that produced them."""
+    if not profile_dir or not os.path.isdir(profile_dir):
+        return None
+
+    def merge(put, locate, origin):
+        from rldbg.profilers.merge import merge_torch_traces
+
+        merge_torch_traces(profile_dir, put, locate, origin, within=(origin, None))
+    return merge
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ class Snapshot:
     events: list = field(default_factory=list)
     paused: list = field(default_factory=list)
     behind: int = 0                      # events still to read (shown while catching up)
+    identities: dict = field(default_factory=dict)   # actor_id -> WorkerIdentity (rldbg.debug.registry)
 
 
 class DataSource:
@@ -61,6 +62,8 @@ class LiveSource(DataSource):
         self._gpu: dict = {}
         self._paused: list = []
         self.catch_up = False    # --once: read every event up to now, not a few pages per poll
+        self._idents: dict = {}
+        self._idents_at = 0.0
 
     # ---- polling ---------------------------------------------------------------------------
     def poll(self) -> Snapshot:
@@ -73,7 +76,8 @@ class LiveSource(DataSource):
             self._slow()
         except DashboardError as e:
             return Snapshot("disconnected", f"disconnected, retrying: {e}")
-        snap = Snapshot("connected", "", self.job_id, self.hub.url, actors, self._gpu, paused=self._paused)
+        snap = Snapshot("connected", "", self.job_id, self.hub.url, actors, self._gpu, paused=self._paused,
+                        identities=self._identities(actors))
         try:
             snap.state = self.hub.state()
             self._read_events(snap)
@@ -107,6 +111,17 @@ class LiveSource(DataSource):
     def _actors(self) -> list:
         rows = self.dash.actors(detail=True)
         return [a for a in rows if a.get("job_id") == self.job_id] if self.job_id else rows
+
+    def _identities(self, actors: list) -> dict:
+        """Workers' published identities; read again (at most every SLOW_EVERY_S) only when a live
+        actor is not known yet."""
+        unknown = any(a.get("state") == "ALIVE" and a.get("actor_id") not in self._idents for a in actors)
+        if unknown and time.monotonic() - self._idents_at >= SLOW_EVERY_S:
+            from rldbg.debug.registry import identities_or_empty
+
+            self._idents_at = time.monotonic()
+            self._idents = {**self._idents, **identities_or_empty(dashboard=self.address)}
+        return self._idents
 
     def _slow(self) -> None:
         """GPU memory per pid and paused workers: a few seconds stale is fine, and each costs calls."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 
 from rldbg.control.client import HubError
+from rldbg.trace import events as ev
 from rldbg.tui.data import EVENT_PAGE, FIRST_PAGE, INITIAL_WINDOW, PAGES_PER_POLL, DataSource, Snapshot
 
 T0 = 1_700_000_000_000_000_000
@@ -16,13 +17,28 @@ MiB = 2**20
 ACTOR_CALLS = [("to_rollout_mode", [("rollout_wake", 6), ("sync_weights", 4), ("offload_optimizer", 3)]),
                ("generate_sequences", []),
                ("to_train_mode", [("release_kv_cache", 3), ("rollout_sleep", 3), ("reload_optimizer", 4)])]
+# What each transition declares it moves (instrument.transition(name, frees=..., loads=...)).
+MOVES = {"rollout_wake": {"loads": ["rollout_weights"]},
+         "sync_weights": {"frees": ["rollout_weights"], "loads": ["rollout_weights"]},
+         "offload_optimizer": {"frees": ["optimizer"]}, "release_kv_cache": {"frees": ["kv_cache"]},
+         "rollout_sleep": {"frees": ["rollout_weights"]}, "reload_optimizer": {"loads": ["optimizer"]}}
+LEAK_PER_STEP = 32 * MiB    # rank 0's optimizer ledger after offload_optimizer, when leak=True
 LATER = [("reward", "compute_scores"), ("actor", "compute_log_prob"), ("actor", "compute_ref_log_prob"),
          ("critic", "compute_values"), ("critic", "update_critic"), ("actor", "update_actor")]
 
 
 def _ev(ph, cat, name, ts, dur, role, rank, step, method, flow=None, args=None):
-    return {"ph": ph, "cat": cat, "name": name, "ts_ns": ts, "dur_ns": dur, "role": role, "rank": rank,
-            "step": step, "method": method, "flow": flow, "args": args or {}}
+    """One event in the hub's JSON form, built by the schema's constructors."""
+    args = args or {}
+    if ph == ev.SLICE:
+        rec = ev.slice_event(cat, name, ts, dur, role, rank, step, method, flow, args)
+    elif ph == ev.INSTANT:
+        rec = ev.instant_event(cat, name, ts, role, rank, step, method, args)
+    elif ph == ev.COUNTER:
+        rec = ev.counter_event(cat, name, ts, role, rank, step, method, args)
+    else:
+        rec = ev.driver_call_event(name, ts, dur, step, method, flow, args)
+    return ev.to_dict(rec)
 
 
 class FakeSource(DataSource):
@@ -51,12 +67,12 @@ class FakeSource(DataSource):
             out.append(_ev("C", "memory", "memory", start, 0, role, rank, None, method, None, {"rss": rss}))
             tt = start + ms
             for name, d in transitions:
-                rss += (-300 if name.startswith(("offload", "release", "rollout_sleep")) else 300) * MiB
-                if name == "offload_optimizer" and self.leak and rank == 0:
+                rss += (-300 if "loads" not in MOVES[name] else 300) * MiB
+                if "optimizer" in MOVES[name].get("frees", ()) and self.leak and rank == 0:
                     out.append(_ev("C", "ledger", "ledger", tt + d * ms - 1, 0, role, rank, None, method, None,
-                                   {"optimizer": 64 * MiB}))
+                                   {"optimizer": 0}))   # grows by LEAK_PER_STEP a step: see event()
                 out.append(_ev("X", "transition", name, tt, d * ms, role, rank, None, method, None,
-                               {"mem_before": rss + 300 * MiB, "mem_after": rss}))
+                               {"mem_before": rss + 300 * MiB, "mem_after": rss, **MOVES[name]}))
                 out.append(_ev("C", "memory", "memory", tt + d * ms, 0, role, rank, None, method, None, {"rss": rss}))
                 tt += d * ms + ms
             end = max(start + dur, tt)
@@ -85,6 +101,8 @@ class FakeSource(DataSource):
         e["step"] = step
         if e["name"] == "step":
             e["name"] = f"step {step}"
+        if e["cat"] == "ledger" and "optimizer" in e["args"]:
+            e["args"] = {"optimizer": (64 * MiB + step * LEAK_PER_STEP)}
         return e
 
     def _pending(self):

@@ -10,27 +10,24 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from rldbg.debug.workers import parse_repr
-from rldbg.trace.events import OFFLOADS, RELOADS
-from rldbg.trace.report import LEAK_BYTES, LEDGER_RESIDUE_BYTES
+from rldbg.debug.registry import identify
+from rldbg.memory.leaks import MIN_CYCLES, WARMUP_CYCLES, describe, leak_suspicions, observe
+from rldbg.trace.events import moves
 
 LANE_SLICES = 600        # timeline slices kept per lane; the view shows the last N steps of them
 MEM_POINTS = 600         # memory samples kept per rank
 MARKS = 200              # transition markers kept per rank
 NOTES = 300              # instants / errors kept
+CYCLES = 32              # freeing-transition cycles kept per rank and transition for the leak rule
 
 
-def marker_of(name: str) -> str:
-    """One letter per transition kind for the memory view: Offload, Reload, Weight sync, Kv release."""
-    if name == "release_kv_cache":
-        return "K"
-    if "sync" in name or name == "rollout_wake":
+def marker_of(args: dict | None) -> str:
+    """One letter per transition for the memory view, from what it declares it moves:
+    O frees memory, R loads it, W does both (a swap, e.g. a weight sync), · declares nothing."""
+    frees, loads = moves(args)
+    if frees and loads:
         return "W"
-    if name in OFFLOADS or name.startswith("offload") or name.endswith("sleep"):
-        return "O"
-    if name in RELOADS or name.startswith("reload"):
-        return "R"
-    return "·"
+    return "O" if frees else "R" if loads else "·"
 
 
 def mem_value(args: dict) -> int | None:
@@ -52,7 +49,8 @@ class Lane:
     mem: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MEM_POINTS))
     marks: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MARKS))
     ledger: dict = field(default_factory=dict)
-    offload_levels: dict = field(default_factory=dict)   # offload name -> [mem_after, ...]
+    cycles: dict = field(default_factory=dict)   # freeing transition -> deque of leaks.Cycle
+    flagged: dict = field(default_factory=dict)  # freeing transition -> its keys in EventStore.flags
 
     @property
     def in_call(self) -> bool:
@@ -105,8 +103,8 @@ class EventStore:
                 if str(args.get("status", "")).startswith("error"):
                     self.note(ts, "error", f"{role} rank {rank} {e.get('name')} failed ({args['status']})")
             else:
-                lane.marks.append((ts + dur, marker_of(e.get("name") or ""), e.get("name")))
-                self._check_leak(role, rank, lane, e.get("name") or "", args, e.get("step"))
+                lane.marks.append((ts + dur, marker_of(args), e.get("name")))
+                self._check_leak(role, rank, lane, e.get("name") or "", args, e.get("step"), ts + dur)
         elif ph == "X" and cat == "step":
             self.steps.setdefault(e.get("step"), [ts, None])[1] = ts + dur
         elif ph == "i":
@@ -132,26 +130,27 @@ class EventStore:
     def note(self, ts: int, kind: str, text: str) -> None:
         self.notes.append((ts, kind, text))
 
-    def _check_leak(self, role, rank, lane: Lane, name: str, args: dict, step) -> None:
-        """Two simple rules (report.leaks' in spirit, live): an offload left bytes in a ledger
-        category it should have emptied; memory after the same offload keeps growing."""
-        for cat in OFFLOADS.get(name, ()):
-            left = lane.ledger.get(cat)
-            key = (role, rank, name, cat)
-            if left is not None and left > LEDGER_RESIDUE_BYTES:
-                self.flags[key] = f"{role} rank {rank}: ledger '{cat}' still {fmt_bytes(left)} after {name} (step {step})"
-            else:
-                self.flags.pop(key, None)
-        after = args.get("mem_after")
-        if after is None or not (name in OFFLOADS or name.startswith("offload") or name.endswith("sleep")):
+    def _check_leak(self, role, rank, lane: Lane, name: str, args: dict, step, end: int) -> None:
+        """rldbg.memory.leaks' rule (the one `rldbg report` applies), live over this rank's last
+        CYCLES runs of the transition; the rank's flags for it are replaced on every run."""
+        frees, _ = moves(args)
+        c = observe(role, rank, name, step, end, frees, args.get("mem_after"), lane.ledger)
+        if c is None:
             return
-        levels = lane.offload_levels.setdefault(name, [])
-        levels.append(int(after))
-        del levels[:-8]
-        grew = levels[-1] - levels[0]
-        if len(levels) >= 3 and grew > LEAK_BYTES and all(b >= a for a, b in zip(levels, levels[1:])):
-            self.flags[(role, rank, name, "growth")] = (f"{role} rank {rank}: memory after {name} grew "
-                                                        f"{fmt_bytes(grew)} over {len(levels)} cycles")
+        q = lane.cycles.get(name)
+        if q is None:
+            q = lane.cycles[name] = collections.deque(maxlen=CYCLES)
+        q.append(c)
+        if len(q) < WARMUP_CYCLES + MIN_CYCLES:
+            return    # the rule gives no verdict yet: skip the work (ingest is on the poll path)
+        old = lane.flagged.pop(name, ())
+        for key in old:
+            self.flags.pop(key, None)
+        found = leak_suspicions(q)
+        if found:
+            keys = lane.flagged[name] = [("leak", role, rank, name, s["category"]) for s in found]
+            for key, s in zip(keys, found):
+                self.flags[key] = describe(s)
 
 
 def fmt_bytes(n) -> str:
@@ -184,19 +183,20 @@ class RoleRow:
 
 
 def role_rows(actors: list[dict], store: EventStore, state: dict | None, gpu_by_pid: dict,
-              paused_pids: set) -> list[RoleRow]:
-    """One row per role x rank of every actor whose repr names roles and rank."""
+              paused_pids: set, identities: dict | None = None) -> list[RoleRow]:
+    """One row per role x rank of every worker actor: those that published an identity
+    (rldbg.instrument.set_worker_identity; `identities`: actor_id -> WorkerIdentity) or whose repr
+    is an rldbg label (rldbg.context.worker_label)."""
     gate = (state or {}).get("gate") or {}
     pending = gate.get("pending") or {}
     waiting_group = pending.get("group") if gate.get("waiting") else None
     in_flight = pending.get("group") if (pending.get("phase") == "before_dispatch" and not gate.get("waiting")) else None
     rows = []
     for a in actors:
-        parsed = parse_repr(a.get("repr_name"))
-        if not parsed:
+        ident = identify(a, identities or {})
+        if ident is None:
             continue
-        roles, rank, _world = parsed
-        names = roles.split("+")
+        roles, rank, names = ident.role, ident.rank, ident.roles
         pid = a.get("pid") or None
         dead = a.get("state") == "DEAD"
         lanes = [store.lanes[(r, rank)] for r in names if (r, rank) in store.lanes]

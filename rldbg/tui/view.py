@@ -47,7 +47,8 @@ class Model:
             # Keep the last picture (greyed by the status bar) rather than blanking every view.
             v = self.last
             self.last = View(**{**v.__dict__, "status": snap.status, "message": snap.message,
-                                "rows": self._rows(snap.actors, None, {}, []) if snap.actors else v.rows})
+                                "rows": self._rows(snap.actors, None, {}, [], snap.identities) if snap.actors
+                                else v.rows})
             return self.last
         self.store.add(snap.events)
         st = self.store
@@ -57,7 +58,7 @@ class Model:
             st.flags["dropped"] = f"{stats['dropped']} trace events dropped by full per-process buffers"
         self.last = View(
             "connected", snap.message, snap.job_id, snap.hub_url, self.address, snap.state,
-            self._rows(snap.actors, snap.state, snap.gpu_by_pid, paused),
+            self._rows(snap.actors, snap.state, snap.gpu_by_pid, paused, snap.identities),
             # Tuples, not lists: a tuple of plain tuples drops out of the GC's tracking after one
             # pass, so these ~600 slices x 384 lanes never lengthen a full collection (a UI hitch).
             {k: tuple(v) for k, v in sorted(st.slices.items(), key=_slice_key)},
@@ -67,8 +68,8 @@ class Model:
             list(st.flags.values()), list(st.notes), paused, st.count, snap.behind, sorted(st.methods))
         return self.last
 
-    def _rows(self, actors, state, gpu, paused):
-        return role_rows(actors, self.store, state, gpu, {p.get("pid") for p in paused})
+    def _rows(self, actors, state, gpu, paused, identities):
+        return role_rows(actors, self.store, state, gpu, {p.get("pid") for p in paused}, identities)
 
 
 def _lane_key(item):

@@ -13,7 +13,7 @@ HELP = """[b]rldbg top[/b] — live view of an RL run on Ray
 [b]1 Roles[/b]    ↑/↓ j/k PgUp/PgDn Home/End move   s cycle sort (role, state, cpu, gpu, method), or click
            a column header   / filter   esc clear filter   t stacks of the selected worker   T of its role
 [b]2 Timeline[/b] ←/h back   →/l forward   + zoom in   - zoom out (steps shown)   f follow live
-[b]3 Memory[/b]   sparkline per rank; O offload  R reload  W wake/weight sync  K KV release
+[b]3 Memory[/b]   sparkline per rank; transitions: O frees  R loads  W both (as declared)
 [b]4 Stepper[/b]  a arm   s/space step one pause point   m run to a method   n run to the next step
            c continue (disarm). Ranks that got identical shards share one row ("0-126 (127)"). While this TUI is open it heartbeats; if it dies the run resumes
            after the hub's gate timeout.

@@ -1,6 +1,6 @@
 """Memory: per rank, memory over time as a sparkline with the transitions under it
-(O offload, R reload, W wake/weight sync, K KV-cache release), the byte ledger by category,
-and flags for bytes an offload did not give back (pinned at the bottom)."""
+(by what each transition declares: O frees, R loads, W both), the byte ledger by category,
+and the leak rule's flags (rldbg.memory.leaks; pinned at the bottom)."""
 from __future__ import annotations
 
 from itertools import groupby
@@ -10,7 +10,7 @@ from rldbg.tui.widgets.lanes import LaneScroller
 from rldbg.tui.widgets.strips import Line
 
 BLOCKS = "▁▂▃▄▅▆▇█"
-MARK_STYLE = {"O": "green", "R": "yellow", "W": "cyan", "K": "magenta"}
+MARK_STYLE = {"O": "green", "R": "yellow", "W": "cyan"}
 LABEL = 18
 MAX_FLAGS = 6
 
@@ -73,7 +73,7 @@ class MemoryView(LaneScroller):
         return [i for i, m in enumerate(view.memory) if m[2]]
 
     def header(self, view, width: int) -> list:
-        return [Line("memory over time per rank   O offload  R reload  W wake/weight sync  K KV release", "bold")]
+        return [Line("memory over time per rank   transitions: O frees  R loads  W both", "bold")]
 
     def lines(self, view, i, width: int) -> list:
         role, rank, points, marks, ledger = view.memory[i]
@@ -88,7 +88,7 @@ class MemoryView(LaneScroller):
 
     def footer(self, view, width: int) -> list:
         if not view.flags:
-            return [Line("not given back: nothing flagged (every offload emptied its ledger categories)", "green")]
+            return [Line("leaks: nothing flagged (no rank keeps >= 20 MiB more per cycle after its freeing transitions)", "green")]
         out = [Line(f"not given back: {len(view.flags)} flag(s)", "bold red")]
         out += [Line(f"  ⚠ {f}", "red") for f in view.flags[:MAX_FLAGS]]
         if len(view.flags) > MAX_FLAGS:
