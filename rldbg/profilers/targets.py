@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from rldbg.dashboard import Dashboard, DashboardError
 from rldbg.debug.workers import parse_repr
 
+RLDBG_NAMESPACE = "rldbg"   # where rldbg's own actors live (trace collector, control hub)
 _NAME = re.compile(r"^(?P<run>[^:]+):(?P<roles>[\w+\-.]+):rank(?P<rank>\d+)$")
 
 
@@ -67,8 +68,8 @@ def find(dash: Dashboard, role: str | None = None, rank: int | None = None, run:
     ips = _node_ips(dash)
     out = []
     for a in actors:
-        if not a.get("pid"):
-            continue
+        if not a.get("pid") or a.get("ray_namespace") == RLDBG_NAMESPACE:
+            continue   # rldbg's own actors (collector, control hub) are not ranks
         parsed = parse_repr(a.get("repr_name"))
         m = _NAME.match(a.get("name") or "")
         roles, rnk = (parsed[0], parsed[1]) if parsed else (
