@@ -19,6 +19,8 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
+    from reference_trainer.single_controller.host import RankDied
+    from reference_trainer.stop import Stopped
     from reference_trainer.trainer import fit
 
     try:
@@ -26,6 +28,14 @@ def main(argv=None) -> int:
     except ConfigError as e:   # the cluster cannot hold the run (checked before anything waits)
         print(f"config error: {e}", file=sys.stderr)
         return 2
+    except RankDied as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)   # the one line that matters, no traceback wall
+        return 1
+    except Stopped as e:
+        where = "before the first step" if e.step is None else f"at step {e.step}"
+        trace = f"; trace at {e.trace}" if e.trace else ""
+        print(f"stopped by {e.signame} {where}{trace}", file=sys.stderr, flush=True)
+        return e.exit_code
     if history:
         last = history[-5:]
         mean = sum(r["reward/mean"] for r in last) / len(last)

@@ -81,3 +81,38 @@ def busy_loop(n: int) -> int:
     for i in range(n):
         total += i * i % 7
     return total
+
+
+class CollectiveRank:
+    """A critic rank in a gloo group: `hang_rank` enters all_reduce, the others wait on an event
+    inside update_critic, so the collective never completes (the classic mismatched-call hang)."""
+
+    def __init__(self, role: str, rank: int, world: int, port: int):
+        import datetime
+
+        import torch.distributed as dist
+
+        self.role, self.rank, self.world, self.port = role, rank, world, port
+        self._release = None
+        self._dist, self._timeout = dist, datetime.timedelta(seconds=120)
+
+    def __repr__(self) -> str:
+        return f"{self.role}[rank {self.rank}/{self.world}]"
+
+    def join(self) -> int:
+        self._dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{self.port}", rank=self.rank,
+                                      world_size=self.world, timeout=self._timeout)
+        return self.rank
+
+    def update_critic(self, hang_rank: int, seconds: float) -> int:
+        import threading
+
+        import torch
+
+        if self.rank == hang_rank:
+            t = torch.ones(4)
+            self._dist.all_reduce(t)          # waits for peers that never come
+            return int(t.sum())
+        self._release = threading.Event()
+        self._release.wait(seconds)           # this rank is the odd one out: not in the collective
+        return -1

@@ -103,13 +103,15 @@ def test_ptrace_denied_is_one_clear_line(tmp_path, monkeypatch):
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to run py-spy as an unprivileged user")
     real = tmp_path / "py-spy-real"
-    shutil.copy(shutil.which("py-spy"), real)
+    from rldbg import tools
+    shutil.copy(tools.find("py-spy"), real)
     os.chmod(tmp_path, 0o755)
     wrapper = tmp_path / "bin" / "py-spy"
     wrapper.parent.mkdir()
     wrapper.write_text(f'#!/bin/sh\nexec setpriv --reuid 65534 --regid 65534 --clear-groups {real} "$@"\n')
     wrapper.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    # rldbg runs the py-spy beside the interpreter first: point it at the unprivileged wrapper.
+    monkeypatch.setattr(pyspy.tools, "find", lambda name: str(wrapper))
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         with pytest.raises(pyspy.PySpyError) as info:

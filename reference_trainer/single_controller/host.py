@@ -4,13 +4,12 @@ per method so that Ray task names and stack traces read well."""
 from __future__ import annotations
 
 import os
-import socket
 import traceback
 
 from rldbg import instrument
 
 from reference_trainer.single_controller.decorator import registered_methods
-from reference_trainer.single_controller.worker import RankInfo, init_process_group
+from reference_trainer.single_controller.worker import RankInfo, init_process_group, rendezvous_listener
 
 
 def remote_name(role: str, method: str) -> str:
@@ -31,6 +30,18 @@ class RemoteCallError(RuntimeError):
                                   self.message, self.remote_traceback))
 
 
+class RankDied(RuntimeError):
+    """A rank's process died during a call: who, where, when and why, in one line."""
+
+    def __init__(self, role: str, rank: int, method: str, step, node: str, cause: str):
+        self.role, self.rank, self.method, self.step, self.node, self.cause = role, rank, method, step, node, cause
+        when = f" at step {step}" if step is not None else ""
+        super().__init__(f"{role} rank {rank} on node {node} died in {method}{when}: {cause}")
+
+    def __reduce__(self):
+        return (RankDied, (self.role, self.rank, self.method, self.step, self.node, self.cause))
+
+
 class HostBase:
     def __init__(self, roles: dict, rank: int, world_size: int, pool: str, device: str,
                  master_addr: str | None, master_port: int | None, threads: int):
@@ -38,8 +49,12 @@ class HostBase:
 
         if threads > 0:
             torch.set_num_threads(threads)
-        if master_addr is None:  # rank 0 picks the rendezvous on its own node
-            master_addr, master_port = _node_ip(), _free_port()
+        self._listener = None
+        if master_addr is None and world_size > 1:  # rank 0 serves the rendezvous on its node's cluster address
+            self._listener = rendezvous_listener(_node_ip())
+            master_addr, master_port = self._listener.getsockname()[:2]
+        elif master_addr is None:
+            master_addr, master_port = _node_ip(), 0
         self._info = RankInfo(rank, world_size, master_addr, master_port, device, pool)
         self._role_specs = roles
         self._workers: dict = {}
@@ -57,10 +72,16 @@ class HostBase:
     def pid(self) -> int:
         return os.getpid()
 
+    def place(self) -> dict:
+        """Where this rank runs: asked once at start, so a dead rank can still be placed."""
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "ip": _node_ip(), "pid": os.getpid()}
+
     def setup(self, pg_timeout_s: float) -> None:
         """Join the process group, then build each role's worker (which may use it)."""
         if self._info.world_size > 1:
-            init_process_group(self._info, pg_timeout_s)
+            init_process_group(self._info, pg_timeout_s, self._listener)
         for role, (cls, config) in self._role_specs.items():
             self._workers[role] = cls(config, self._info)
 
@@ -69,12 +90,6 @@ def _node_ip() -> str:
     import ray
 
     return ray.util.get_node_ip_address()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def _make_caller(role: str, method: str):

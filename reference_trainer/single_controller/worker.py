@@ -40,19 +40,38 @@ class Worker:
         return torch.device("cuda", 0) if self.info.device == "cuda" else torch.device("cpu")
 
 
-def init_process_group(info: RankInfo, timeout_s: float) -> None:
-    """gloo on CPU, nccl on GPU; the rendezvous is rank 0's address."""
+def rendezvous_listener(node_ip: str):
+    """Rank 0's rendezvous socket, bound to the node's cluster address only (127.0.0.1 on a
+    single-node run). torch's TCPStore would otherwise listen on every interface (*:PORT)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in node_ip else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((node_ip, 0))
+    s.listen(128)
+    return s
+
+
+def init_process_group(info: RankInfo, timeout_s: float, listener=None) -> None:
+    """gloo on CPU, nccl on GPU; the rendezvous store is served by rank 0 from `listener`
+    (see rendezvous_listener), so nothing of ours listens beyond the cluster's addresses."""
     import datetime
+    import ipaddress
+    import os
 
     import torch.distributed as dist
 
     if dist.is_initialized():
         return
+    if ipaddress.ip_address(info.master_addr).is_loopback:
+        # The collectives' own sockets follow the hostname's address unless told: keep them on lo too.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    timeout = datetime.timedelta(seconds=timeout_s)
+    is_master = info.rank == 0 and listener is not None
+    store = dist.TCPStore(info.master_addr, info.master_port, info.world_size, is_master, timeout,
+                          wait_for_workers=False, master_listen_fd=listener.fileno() if is_master else None)
     backend = "nccl" if info.device == "cuda" else "gloo"
-    dist.init_process_group(
-        backend=backend,
-        init_method=f"tcp://{info.master_addr}:{info.master_port}",
-        rank=info.rank,
-        world_size=info.world_size,
-        timeout=datetime.timedelta(seconds=timeout_s),
-    )
+    dist.init_process_group(backend=backend, store=store, rank=info.rank, world_size=info.world_size,
+                            timeout=timeout)

@@ -9,18 +9,22 @@ import time
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+import rldbg
 from rldbg import instrument
+from rldbg.debug import death
 from rldbg.context import current
 
 from reference_trainer.single_controller.decorator import Registration, registered_methods
 from reference_trainer.single_controller.dispatch import result_summary, shard_summary
-from reference_trainer.single_controller.host import RemoteCallError, make_host_class, named, remote_name
+from reference_trainer.single_controller.host import RankDied, RemoteCallError, make_host_class, named, remote_name
 from reference_trainer.single_controller.resource_pool import ResourcePool
+from reference_trainer import stop
 
 
 class WorkerGroup:
-    def __init__(self, role: str, worker_cls, hosts: list, pool: ResourcePool):
+    def __init__(self, role: str, worker_cls, hosts: list, pool: ResourcePool, places: list | None = None):
         self.role, self.worker_cls, self.hosts, self.pool = role, worker_cls, hosts, pool
+        self.places = places or [{} for _ in hosts]   # per rank: node_id, ip, pid
         self.methods = registered_methods(worker_cls)
         for name, reg in self.methods.items():
             setattr(self, name, self._bind(name, reg))
@@ -61,7 +65,7 @@ class WorkerGroup:
         return future.get() if reg.blocking else future
 
 
-_WAIT_SLICE_S = 2.0
+_WAIT_SLICE_S = 0.5   # also how long a stop signal waits for a safe point
 
 
 class CallFuture:
@@ -72,6 +76,17 @@ class CallFuture:
         self._state, self._refs, self._ranks = state, refs, ranks
         self._done = False
         self._result = None
+
+    def _rank_died(self, ref, err) -> RankDied:
+        """RankDied for the rank whose result `ref` is, recorded in the trace where that rank is."""
+        rank = self._ranks[self._refs.index(ref)]
+        place = self.group.places[rank] if rank < len(self.group.places) else {}
+        died = RankDied(self.group.role, rank, self.method, self.call.tag.step, _describe_node(place, err),
+                        death.cause(err))
+        instrument.call_failed(self.call, err)
+        rldbg.instant("rank_died", role=died.role, rank=rank, method=died.method, step=died.step,
+                      node=died.node, cause=died.cause)
+        return died
 
     def get(self, timeout: float | None = None):
         if self._done:
@@ -84,8 +99,12 @@ class CallFuture:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 slice_s = _WAIT_SLICE_S if left is None else min(left, _WAIT_SLICE_S)
                 done, pending = ray.wait(pending, num_returns=1, timeout=slice_s)
+                stop.check()   # SIGTERM/SIGINT: a safe point even while a rank hangs
                 if done:
-                    ray.get(done)  # raise the first failure now; peers may be stuck in a collective
+                    try:
+                        ray.get(done)  # raise the first failure now; peers may be stuck in a collective
+                    except ray.exceptions.RayActorError as err:
+                        raise self._rank_died(done[0], err) from None
                 elif deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(f"{self.group.role}.{self.method}: not done after {timeout} s")
                 else:  # a slow call may be a rank paused at a breakpoint: say so
@@ -102,9 +121,11 @@ class CallFuture:
         except ray.exceptions.RayActorError as err:
             instrument.call_failed(self.call, err)
             raise RuntimeError(
-                f"{self.group.role}.{self.method}: a rank's process died ({type(err).__name__}); "
+                f"{self.group.role}.{self.method}: a rank's process died ({death.cause(err)}); "
                 f"see the Ray logs of that actor"
             ) from err
+        except RankDied:
+            raise
         except BaseException as err:
             instrument.call_failed(self.call, err)
             raise
@@ -112,6 +133,13 @@ class CallFuture:
         self._done = True
         instrument.call_collected(self.call, result_summary(self._result))
         return self._result
+
+
+def _describe_node(place: dict, err) -> str:
+    seen = death.where(err)
+    ip = place.get("ip") or seen.get("ip") or "?"
+    node = place.get("node_id")
+    return f"{ip} ({node[:8]})" if node else ip
 
 
 def spawn_role_groups(pool: ResourcePool, roles: dict, run_name: str, threads_per_rank: int = 0,
@@ -140,7 +168,8 @@ def spawn_role_groups(pool: ResourcePool, roles: dict, run_name: str, threads_pe
         for h in hosts:
             ray.kill(h)
         raise RuntimeError(f"starting {label} on pool {pool.name!r} failed: {err.cause!r}") from None
-    return {role: WorkerGroup(role, cls, hosts, pool) for role, (cls, _cfg) in roles.items()}
+    places = ray.get([h.place.remote() for h in hosts])
+    return {role: WorkerGroup(role, cls, hosts, pool, places) for role, (cls, _cfg) in roles.items()}
 
 
 def shutdown_groups(groups) -> None:

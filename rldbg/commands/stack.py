@@ -6,7 +6,7 @@ import json
 import sys
 
 from rldbg.dashboard import Dashboard, DashboardError
-from rldbg.profilers import stacks, targets
+from rldbg.profilers import hang, stacks, targets
 
 HELP = "py-spy stacks of a role's workers, identical stacks grouped"
 
@@ -37,8 +37,9 @@ def run(args) -> int:
         print(f"rldbg stack: {e}", file=sys.stderr)
         return 1
     groups, failed = stacks.group(results)
+    explained = hang.explain(results)
     if args.json:
-        print(json.dumps(stacks.to_json(groups, failed), indent=2))
+        print(json.dumps({**stacks.to_json(groups, failed), "explanation": explained}, indent=2))
     else:
-        print(stacks.format_text(groups, failed))
+        print("\n".join([*explained, *([""] if explained else []), stacks.format_text(groups, failed)]))
     return 0 if groups else 1

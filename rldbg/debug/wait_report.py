@@ -8,8 +8,12 @@ import sys
 import time
 
 REPORT_AFTER_S = float(os.environ.get("RLDBG_WAIT_REPORT_S", "5"))
+# After this long a call that is not paused at a breakpoint looks hung: read the group's stacks
+# once and say which ranks sit in a collective and which one is elsewhere.
+HANG_AFTER_S = float(os.environ.get("RLDBG_HANG_REPORT_S", "60"))
 _last_check = 0.0
 _reported: set = set()
+_explained: set = set()
 
 
 def dashboard_address() -> str | None:
@@ -51,6 +55,24 @@ def report(group: str, method: str, flow_id: int, waited_s: float) -> list[str]:
         lines.append(f"rldbg: {group}.{method} is waiting on {group} rank {w.rank}, paused at a breakpoint "
                      f"(debugpy {w.host}:{w.port}); attach with `rldbg attach {group}:{w.rank}` or VS Code's "
                      f"Ray Distributed Debugger")
+    if waited_s >= HANG_AFTER_S and flow_id not in _explained and not lines:
+        _explained.add(flow_id)
+        lines += explain_hang(address, group, method, waited_s)
     for line in lines:
         print(line, file=sys.stderr, flush=True)
     return lines
+
+
+def explain_hang(address: str, group: str, method: str, waited_s: float) -> list[str]:
+    """'rldbg: critic.update_critic has waited 60 s: critic: rank 1 waits in all_reduce ...'."""
+    try:
+        from rldbg.dashboard import Dashboard
+        from rldbg.profilers import hang, stacks, targets
+
+        dash = Dashboard(address, timeout=5)
+        found = targets.find(dash, role=group)
+        explained = hang.explain(stacks.fetch(found, dash)) if found else []
+    except Exception:
+        return []   # best effort: never disturb the run
+    return [f"rldbg: {group}.{method} has waited {waited_s:.0f} s: {e} (`rldbg stack --role {group}` for the stacks)"
+            for e in explained]

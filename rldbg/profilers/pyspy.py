@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
+
+from rldbg import tools
 
 PTRACE_HINT = ("ptrace not permitted: run as root, or `sudo sysctl kernel.yama.ptrace_scope=0`, "
                "or in a container add --cap-add SYS_PTRACE")
@@ -43,7 +44,7 @@ class Thread:
 
 
 def _binary() -> str:
-    exe = shutil.which("py-spy")
+    exe = tools.find("py-spy")
     if exe is None:
         raise PySpyError("py-spy is not installed on this machine (pip install py-spy)")
     return exe

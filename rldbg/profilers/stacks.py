@@ -36,6 +36,7 @@ class Group:
     frames: list = field(default_factory=list)
     where: object = None
     active: bool = False
+    thread: object = None     # the first member's main thread, for classify()
 
 
 def fetch(targets, dash, native: bool = False, via: str = "auto") -> list[Result]:
@@ -106,6 +107,41 @@ def where(thread):
     return thread.frames[0] if thread.frames else None
 
 
+# torch.distributed's Python entry points live in these files (short py-spy paths end with them).
+_C10D_FILES = ("distributed/distributed_c10d.py", "distributed/c10d_logger.py")
+# Innermost stdlib frames that mean "blocked until something happens elsewhere".
+_WAIT_NAMES = {"wait", "Event.wait", "Condition.wait", "Queue.get", "get", "sleep", "select", "poll",
+               "acquire", "join", "Thread.join", "recv", "recv_into", "accept", "_wait_for_tstate_lock",
+               "wait_for", "Barrier.wait", "Semaphore.acquire"}
+
+
+def classify(thread) -> tuple[str, str, object]:
+    """(kind, what, frame) of a main thread: ("collective", "all_reduce", caller) inside
+    torch.distributed, ("wait", "Event.wait", caller) blocked in a stdlib wait, ("between", "", None)
+    a Ray actor between calls, ("running", name, frame) otherwise. The frame is the innermost one of
+    the user's code around it. (py-spy's idle/active only says who holds the GIL.)"""
+    frames = thread.frames
+    fulls = thread.full_files or [""] * len(frames)
+    if not frames:
+        return "running", "", None
+    if frames[0].name == "Worker.main_loop":
+        return "between", "", None
+    c10d = [i for i, f in enumerate(frames) if f.file.endswith(_C10D_FILES[0])]
+    if c10d:
+        # The outermost distributed_c10d frame is the API the user called; its caller is user code
+        # (skipping torch's logging wrapper around it).
+        api = c10d[-1]
+        caller = next((f for f in frames[api + 1:] if not f.file.endswith(_C10D_FILES)), None)
+        return "collective", frames[api].name.split(".")[-1], caller
+    lib = 0
+    while lib < len(frames) and is_library(frames[lib], fulls[lib]):
+        lib += 1
+    if lib and any(f.name in _WAIT_NAMES for f in frames[:lib]):
+        # Condition.wait inside Event.wait: name the outermost stdlib call, the one the user made.
+        return "wait", frames[lib - 1].name, frames[lib] if lib < len(frames) else None
+    return "running", frames[0].name, where(thread)
+
+
 def group(results) -> tuple[list[Group], list[Result]]:
     """-> (groups, failures); groups ordered odd-one-out first (fewest members), then by label."""
     groups: dict = {}
@@ -116,7 +152,7 @@ def group(results) -> tuple[list[Group], list[Result]]:
             failed.append(r if r.error else Result(r.target, error="no Python threads found"))
             continue
         frames = [_clean(f) for f in t.frames]
-        g = groups.setdefault(tuple(frames), Group(frames=frames, where=where(t)))
+        g = groups.setdefault(tuple(frames), Group(frames=frames, where=where(t), thread=t))
         g.results.append(r)
         g.active = g.active or t.active
     ordered = sorted(groups.values(), key=lambda g: (len(g.results), g.results[0].target.label))
@@ -135,9 +171,10 @@ def members(g: Group) -> str:
 def headline(g: Group) -> str:
     n = len(g.results)
     who = members(g) if n == 1 else f"{n} ranks ({members(g)})"
-    if g.frames and g.frames[0].name == "Worker.main_loop":   # a Ray actor between calls
+    kind, what, _ = classify(g.thread) if g.thread is not None else ("running", "", None)
+    if kind == "between":   # a Ray actor between calls
         return f"{who} idle between calls (Ray's {g.where})"
-    state = "active" if g.active else "idle"
+    state = {"collective": f"waiting in {what}", "wait": f"waiting: {what}"}.get(kind, "running")
     return f"{who} in {g.where} [{state}]"
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from rldbg.dashboard import Dashboard, DashboardError
 from rldbg.debug.registry import identify, identities_or_empty
 
+RLDBG_NAMESPACE = "rldbg"   # where rldbg's own actors live (trace collector, control hub)
 _NAME = re.compile(r"^(?P<run>[^:]+):(?P<roles>[\w+\-.]+):rank(?P<rank>\d+)$")
 
 
@@ -69,8 +70,8 @@ def find(dash: Dashboard, role: str | None = None, rank: int | None = None, run:
     identities = identities_or_empty(dashboard=dash.address) if actors else {}
     out = []
     for a in actors:
-        if not a.get("pid"):
-            continue
+        if not a.get("pid") or a.get("ray_namespace") == RLDBG_NAMESPACE:
+            continue   # rldbg's own actors (collector, control hub) are not ranks
         ident = identify(a, identities)
         m = _NAME.match(a.get("name") or "")
         roles, rnk = (ident.role, ident.rank) if ident else (

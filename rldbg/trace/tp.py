@@ -13,10 +13,11 @@ from __future__ import annotations
 import glob
 import gzip
 import os
-import shutil
 import struct
 import subprocess
 from functools import lru_cache
+
+from rldbg import tools
 
 _HOST = os.path.join(os.path.dirname(__file__), "tp_host", "host.mjs")
 _CHUNK = 8 * 1024 * 1024
@@ -71,7 +72,7 @@ class TraceProcessor:
     def __init__(self, trace_path: str):
         if not os.path.isfile(trace_path):
             raise FileNotFoundError(f"trace file not found: {trace_path!r}")
-        node = shutil.which("node")
+        node = tools.find("node")
         if node is None:
             raise TraceProcessorError("node is not on PATH; the trace processor host needs Node >= 18")
         self._p = _protos()

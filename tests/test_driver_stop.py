@@ -1,0 +1,148 @@
+"""The driver under outside events, run as users run it (`python -m reference_trainer`, its own
+embedded cluster, real signals): SIGTERM stops cleanly (trace exported, hub file removed, no process
+left, one line, rc 143); nothing of ours listens beyond loopback; a SIGKILLed rank is named in one
+line with its node, method, step and cause."""
+from __future__ import annotations
+
+import gzip
+import ipaddress
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from polling import until
+
+SMALL = ["sft.steps=0", "trainer.progress=false", "model.preset=llama-tiny", "data.prompts_per_step=4",
+         "data.group_size=4", "actor.mini_batch_size=16", "actor.micro_batch_size=8", "trainer.total_steps=2000"]
+
+
+def _start(tmp_path, *extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
+    env["RLDBG_HOME"] = str(tmp_path / "home")
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "reference_trainer", "--preset", "demo", *SMALL,
+                             f"trainer.run_dir={run}", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    metrics = run / "metrics.jsonl"
+    try:
+        until(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 2, what="two steps", limit=240)
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(proc.communicate(timeout=30)[1][-3000:]) from None
+    return proc, run
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    p = psutil.Process(pid)
+    return [p, *p.children(recursive=True)]
+
+
+def _listening(procs) -> list[tuple[str, int, str]]:
+    pids = {p.pid: p for p in procs}
+    out = []
+    for c in psutil.net_connections(kind="inet"):
+        if c.status == psutil.CONN_LISTEN and c.pid in pids:
+            try:
+                name = pids[c.pid].name()
+            except psutil.Error:
+                name = "?"
+            out.append((c.laddr.ip, c.laddr.port, name))
+    return out
+
+
+def _loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip)
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return (mapped or addr).is_loopback
+
+
+def _gone(procs) -> bool:
+    return not [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_sigterm_exports_the_trace_and_leaves_nothing_running(tmp_path):
+    proc, run = _start(tmp_path)
+    try:
+        tree = _tree(proc.pid)
+        listening = _listening(tree)
+        assert listening, "expected Ray's and the hub's listeners"
+        beyond = [x for x in listening if not _loopback(x[0])]
+        assert beyond == [], f"listening beyond loopback: {beyond}"
+        assert list((tmp_path / "home").glob("hub-*.json")), "the run's hub file"
+
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    m = re.fullmatch(r"stopped by SIGTERM at step (\d+); trace at (\S+)", last)
+    assert m, err[-3000:]
+    trace = Path(m.group(2))
+    assert trace == run / "trace.json.gz"
+    events = json.loads(gzip.decompress(trace.read_bytes()))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    assert any(e.get("cat") == "step" for e in events)
+    assert not list((tmp_path / "home").glob("hub-*.json")), "hub file left behind"
+    until(lambda: _gone(tree), what="every process of the run to exit", limit=60)
+
+
+def test_a_killed_rank_is_named_in_one_line(tmp_path):
+    proc, run = _start(tmp_path)
+    try:
+        # The actor+reward rank-1 host: Ray's actor table knows its pid; its repr names the rank.
+        from rldbg.dashboard import Dashboard
+        dash = Dashboard(_dashboard_of(proc.pid))
+        actors = until(lambda: [a for a in dash.actors(detail=True) if "rank 1" in str(a.get("repr_name"))
+                                and a.get("state") == "ALIVE" and a.get("pid")], what="rank 1's actor", limit=30)
+        os.kill(int(actors[0]["pid"]), signal.SIGKILL)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert re.fullmatch(r"error: (actor|reward) rank 1 on node 127\.0\.0\.1 \([0-9a-f]{8}\) died in \w+ at step \d+: "
+                        r"its process vanished without exiting \(SIGKILL, .*", last), err[-3000:]
+    assert (run / "trace.json.gz").exists()
+
+
+def _dashboard_of(pid: int) -> str:
+    """The embedded cluster's dashboard URL: the raylet under `pid` is told it with --webui."""
+    for p in psutil.Process(pid).children(recursive=True):
+        try:
+            words = " ".join(p.cmdline()).split()
+        except psutil.Error:
+            continue
+        for w in words:
+            if w.startswith("--webui="):
+                return "http://" + w.split("=", 1)[1]
+    pytest.fail("no raylet with --webui under the driver")
+
+
+def test_death_causes_read_from_rays_messages():
+    from ray.exceptions import RayActorError
+    from rldbg.debug import death
+
+    def err(detail):
+        return RayActorError(None, "The actor died unexpectedly before finishing this task.\n\tpid: 42\n\tip: 10.1.2.3\n"
+                             f"The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR "
+                             f"Worker exit detail: {detail}")
+    kill9 = err("Worker unexpectedly exits with a connection error code 2. End of file. Some common causes include: "
+                "(1) the process was killed by the OOM killer due to high memory usage, (2) ray stop --force")
+    assert death.cause(kill9).startswith("its process vanished without exiting (SIGKILL")
+    assert death.cause(err("Worker exits unexpectedly. Worker exits with an exit code 1. The process receives a "
+                           "SIGTERM.")) == "killed by SIGTERM"
+    assert death.cause(err("Worker exits with an exit code 3.")) == "its process exited with code 3"
+    assert "memory monitor" in death.cause(err("Task was killed due to the node running low on memory."))
+    assert death.where(kill9) == {"ip": "10.1.2.3", "pid": 42}
