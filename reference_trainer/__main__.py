@@ -19,9 +19,16 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
+    from reference_trainer.stop import Stopped
     from reference_trainer.trainer import fit
 
-    history = fit(cfg)
+    try:
+        history = fit(cfg)
+    except Stopped as e:
+        where = "before the first step" if e.step is None else f"at step {e.step}"
+        trace = f"; trace at {e.trace}" if e.trace else ""
+        print(f"stopped by {e.signame} {where}{trace}", file=sys.stderr, flush=True)
+        return e.exit_code
     if history:
         last = history[-5:]
         mean = sum(r["reward/mean"] for r in last) / len(last)

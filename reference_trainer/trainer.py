@@ -18,47 +18,58 @@ from reference_trainer.protocol import reduce_metrics
 from reference_trainer.roles import build_role_groups
 from reference_trainer.runtime import start_ray, stop_ray
 from reference_trainer.single_controller import shutdown_groups
+from reference_trainer.stop import Stopped, stop_on_signals
+from reference_trainer.stop import check as check_stop
 from reference_trainer.tasks import get_task
 from reference_trainer.workers.hybrid import load_tokenizer_for
 
 
 def fit(cfg: Config) -> list[dict]:
-    """Train; returns the per-step metric records (also in <run_dir>/metrics.jsonl)."""
+    """Train; returns the per-step metric records (also in <run_dir>/metrics.jsonl).
+    SIGTERM/SIGINT raise stop.Stopped (with .step and .trace) after the cleanup below has run."""
     started = start_ray(cfg.resources.ray_num_cpus)
-    trace_path = _start_tracing(cfg)
-    control = _start_control(cfg)
-    groups, history = {}, []
-    try:
-        groups = build_role_groups(cfg, worker_env(cfg))
-        actor, critic, reward = groups["actor"], groups.get("critic"), groups["reward"]
-        actor.init_model()
-        reward.init_model()
-        if critic:
-            critic.init_model()
-        task, tokenizer = get_task(cfg.data.task, **cfg.data.task_args), load_tokenizer_for(cfg.model.preset)
-        start = checkpoint.resume(cfg.trainer.run_dir, actor, critic) if cfg.trainer.resume else 0
-        if start == 0 and cfg.sft.steps:
-            warm_start(actor, task, tokenizer, cfg)
-        prompts = PromptSource(task, tokenizer, cfg.data.prompts_per_step, cfg.data.group_size, cfg.data.seed)
-        log = MetricsLog(cfg.trainer.run_dir, cfg.trainer.total_steps, start, cfg.trainer.progress,
-                         cfg.trainer.logger, config=to_dict(cfg))
+    with stop_on_signals() as guard:
+        trace_path, control, groups, history, step = None, False, {}, [], None
         try:
-            for step in range(start, cfg.trainer.total_steps):
-                record = train_step(step, prompts.batch(step), actor, critic, reward, cfg)
-                history.append(record)
-                log.write(record)
-                if cfg.trainer.save_every and (step + 1) % cfg.trainer.save_every == 0:
-                    checkpoint.save(cfg.trainer.run_dir, step, actor, critic)
+            trace_path = _start_tracing(cfg)
+            control = _start_control(cfg)
+            groups = build_role_groups(cfg, worker_env(cfg))
+            actor, critic, reward = groups["actor"], groups.get("critic"), groups["reward"]
+            actor.init_model()
+            reward.init_model()
+            if critic:
+                critic.init_model()
+            task, tokenizer = get_task(cfg.data.task, **cfg.data.task_args), load_tokenizer_for(cfg.model.preset)
+            start = checkpoint.resume(cfg.trainer.run_dir, actor, critic) if cfg.trainer.resume else 0
+            if start == 0 and cfg.sft.steps:
+                warm_start(actor, task, tokenizer, cfg)
+            prompts = PromptSource(task, tokenizer, cfg.data.prompts_per_step, cfg.data.group_size, cfg.data.seed)
+            log = MetricsLog(cfg.trainer.run_dir, cfg.trainer.total_steps, start, cfg.trainer.progress,
+                             cfg.trainer.logger, config=to_dict(cfg))
+            try:
+                for step in range(start, cfg.trainer.total_steps):
+                    check_stop()
+                    record = train_step(step, prompts.batch(step), actor, critic, reward, cfg)
+                    history.append(record)
+                    log.write(record)
+                    if cfg.trainer.save_every and (step + 1) % cfg.trainer.save_every == 0:
+                        checkpoint.save(cfg.trainer.run_dir, step, actor, critic)
+            finally:
+                log.close()
+        except Stopped as e:
+            e.step, e.trace = step, trace_path
+            raise
         finally:
-            log.close()
-    finally:
-        if control:
-            import rldbg.control
+            guard.begin_cleanup()
+            # The trace first: `ray job stop` gives the driver 3 s (RAY_JOB_STOP_WAIT_TIME_S) before SIGKILL,
+            # and before the workers go: their last events are still in flight.
+            _stop_tracing(trace_path)
+            if control:
+                import rldbg.control
 
-            rldbg.control.stop()
-        _stop_tracing(trace_path)  # before the workers go: their last events are still in flight
-        shutdown_groups(groups.values())
-        stop_ray(started)
+                rldbg.control.stop()   # releases a parked step gate, removes the hub file
+            shutdown_groups(groups.values())
+            stop_ray(started)
     return history
 
 

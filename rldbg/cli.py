@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from rldbg.ray_auth import prepare_client
+    prepare_client()   # a second terminal on a token-auth cluster: before any Ray client opens
     try:
         return int(_load(args.command).run(args) or 0)
     except KeyboardInterrupt:

@@ -55,14 +55,8 @@ def _normalise(address: str) -> str:
 
 
 def read_token() -> str | None:
-    token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
-    if token:
-        return token
-    path = Path(os.environ.get("HOME", "~")).expanduser() / ".ray" / "auth_token"
-    try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
+    from rldbg.ray_auth import token
+    return token()
 
 
 def _filters_query(filters) -> list[tuple[str, str]]:

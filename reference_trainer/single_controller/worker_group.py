@@ -16,6 +16,7 @@ from reference_trainer.single_controller.decorator import Registration, register
 from reference_trainer.single_controller.dispatch import result_summary, shard_summary
 from reference_trainer.single_controller.host import RemoteCallError, make_host_class, named, remote_name
 from reference_trainer.single_controller.resource_pool import ResourcePool
+from reference_trainer import stop
 
 
 class WorkerGroup:
@@ -61,7 +62,7 @@ class WorkerGroup:
         return future.get() if reg.blocking else future
 
 
-_WAIT_SLICE_S = 2.0
+_WAIT_SLICE_S = 0.5   # also how long a stop signal waits for a safe point
 
 
 class CallFuture:
@@ -84,6 +85,7 @@ class CallFuture:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 slice_s = _WAIT_SLICE_S if left is None else min(left, _WAIT_SLICE_S)
                 done, pending = ray.wait(pending, num_returns=1, timeout=slice_s)
+                stop.check()   # SIGTERM/SIGINT: a safe point even while a rank hangs
                 if done:
                     ray.get(done)  # raise the first failure now; peers may be stuck in a collective
                 elif deadline is not None and time.monotonic() >= deadline:

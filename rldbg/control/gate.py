@@ -27,6 +27,7 @@ class DriverGate:
         self.hub, self.timeout_s, self.poll_s = hub, float(gate_timeout_s), float(poll_s)
         self.armed = False
         self.hub_alive = True
+        self.released: str | None = None   # why the driver stopped honouring the gate (it is stopping)
         self.step = None
         self.calls_seen = self.calls_done = self.pauses = 0
         self._point = None      # (phase, call, payload) of the newest pause point, raw
@@ -62,7 +63,7 @@ class DriverGate:
                 "stats": {"calls_seen": self.calls_seen, "calls_done": self.calls_done, "pauses": self.pauses}}
 
     def _apply(self, reply: dict) -> None:
-        self.armed = bool(reply.get("armed"))
+        self.armed = bool(reply.get("armed")) and not self.released
         v = reply.get("specs_version", 0)
         if v != self.specs[0]:
             self.specs = (v, list(reply.get("specs") or []))
@@ -75,6 +76,9 @@ class DriverGate:
         call = report["last_point"]
         quiet_since = time.monotonic()
         while self.hub_alive:
+            if self.released:
+                self._give_up(self.released)
+                return
             try:
                 reply = ray.get(self.hub.wait_turn.remote(call, report, 1.0), timeout=self.poll_s + 5.0)
             except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
@@ -161,6 +165,15 @@ def current_specs() -> tuple[int, list[str]]:
     """(version, spec texts) as last seen from the hub; (0, []) without a hub."""
     g = _gate
     return g.specs if g is not None else (0, [])
+
+
+def release(why: str) -> None:
+    """The driver is stopping (a signal): a parked pause returns within about a second and the gate
+    stays open. Safe to call from a signal handler (it only sets a field)."""
+    g = _gate
+    if g is not None:
+        g.released = why
+        g.armed = False
 
 
 def install(gate: DriverGate | None) -> None:

@@ -102,10 +102,15 @@ def _webui_to_gcs() -> dict[str, str]:
                 args = f.read().split(b"\0")
         except OSError:
             continue
-        if not args or not args[0].endswith(b"/raylet"):
+        # The raylet rewrites its argv into one space-separated string: split on both.
+        words = [w for a in args for w in a.split()]
+        if not words or not words[0].endswith(b"/raylet"):
             continue
-        flags = dict(a.decode(errors="replace")[2:].split("=", 1) for a in args
-                     if a.startswith(b"--") and b"=" in a)
+        flags = {}
+        for w in words:
+            if w.startswith(b"--") and b"=" in w:
+                k, v = w.decode(errors="replace")[2:].split("=", 1)
+                flags.setdefault(k, v)
         if flags.get("webui") and flags.get("gcs_address", flags.get("gcs-address")):
             out[flags["webui"]] = flags.get("gcs_address", flags.get("gcs-address"))
     return out

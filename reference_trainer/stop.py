@@ -1,0 +1,74 @@
+"""Stopping a run from outside: SIGTERM (`ray job stop`, SLURM, Kubernetes, `timeout`) and SIGINT
+(Ctrl-C) end training in the driver at the next safe point, and fit()'s cleanup still runs: the
+trace is flushed and exported, the control hub releases its gate and removes its file, the workers
+and an embedded Ray cluster are shut down. A second signal exits immediately, cleanup or not.
+
+Safe points: between steps, and every slice of a worker-group wait (so a call that blocks
+forever, a hung collective, does not hold the stop); a parked step gate is released at once.
+The handler itself only records the signal: an exception raised inside Ray's C++ wait (where the
+handler may run) leaves the core worker broken ("returned a result with an exception set").
+
+Ray installs a C++ handler in the driver that aborts the process on SIGTERM (no Python cleanup, an
+embedded cluster's agents left running); the Python handler installed here replaces it for the run.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_state = {"signum": None, "cleaning": False}
+
+
+class Stopped(BaseException):
+    """Raised at a safe point after the first SIGTERM/SIGINT. A BaseException, like
+    KeyboardInterrupt, so `except Exception` on the way up does not swallow it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.signame = signal.Signals(signum).name
+        self.step: int | None = None
+        self.trace: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def check() -> None:
+    """Raise Stopped when a stop was asked for and training has not ended yet."""
+    signum = _state["signum"]
+    if signum is not None and not _state["cleaning"]:
+        raise Stopped(signum)
+
+
+def _handler(signum, frame) -> None:
+    if _state["signum"] is not None:
+        os._exit(128 + signum)                   # the user insists: no more waiting on cleanup
+    _state["signum"] = signum
+    from rldbg.control import gate
+    gate.release(f"stopping on {signal.Signals(signum).name}")   # a parked gate must not hold the stop
+
+
+class _Guard:
+    def begin_cleanup(self) -> None:
+        _state["cleaning"] = True
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """Yields a guard; call guard.begin_cleanup() where the run's cleanup starts."""
+    _state.update(signum=None, cleaning=False)
+    if threading.current_thread() is not threading.main_thread():
+        yield _Guard()                           # signals are only delivered to the main thread
+        return
+    previous = {s: signal.signal(s, _handler) for s in SIGNALS}
+    try:
+        yield _Guard()
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        _state.update(signum=None, cleaning=False)

@@ -1,0 +1,36 @@
+"""Ray 2.60 token authentication, for processes that talk to an existing cluster.
+
+A cluster that `ray.init()` creates on a machine turns token auth on and writes the token to
+~/.ray/auth_token; later clusters on the machine use it too. A second process (a CLI in another
+terminal) is then refused ("InvalidAuthToken ... RAY_AUTH_MODE is currently 'disabled'") unless
+it runs with RAY_AUTH_MODE=token. `prepare_client()` sets that when a token is at hand and the
+user did not choose a mode, before anything in the process opens a Ray client. The dashboard's
+HTTP API takes the same token as a Bearer header (`token()`).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def token_path() -> Path:
+    explicit = os.environ.get("RAY_AUTH_TOKEN_PATH", "").strip()
+    return Path(explicit).expanduser() if explicit else Path(os.environ.get("HOME", "~")).expanduser() / ".ray" / "auth_token"
+
+
+def token() -> str | None:
+    """The token this machine's clusters accept: $RAY_AUTH_TOKEN, else $RAY_AUTH_TOKEN_PATH or
+    ~/.ray/auth_token; None when there is none."""
+    value = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if value:
+        return value
+    try:
+        return token_path().read_text().strip() or None
+    except OSError:
+        return None
+
+
+def prepare_client() -> None:
+    """Call before the process's first Ray client (GcsClient, ray.init(address=...))."""
+    if "RAY_AUTH_MODE" not in os.environ and token():
+        os.environ["RAY_AUTH_MODE"] = "token"
