@@ -72,3 +72,19 @@ def stop_on_signals():
         for s, h in previous.items():
             signal.signal(s, h)
         _state.update(signum=None, cleaning=False)
+
+
+def job_stop_notice() -> str | None:
+    """A line for a run submitted with `ray job submit` whose stop grace is too short to export
+    the trace: Ray SIGKILLs the entrypoint RAY_JOB_STOP_WAIT_TIME_S (default 3) s after SIGTERM."""
+    if "RAY_JOB_CONFIG_JSON_ENV_VAR" not in os.environ:   # set by Ray's job supervisor only
+        return None
+    try:
+        grace = float(os.environ.get("RAY_JOB_STOP_WAIT_TIME_S", "3"))
+    except ValueError:
+        return None
+    if grace >= 15:
+        return None
+    return (f"rldbg: `ray job stop` gives this job {grace:g} s before SIGKILL, which may not be enough to export "
+            "the trace; submit with --runtime-env-json '{\"env_vars\": {\"RAY_JOB_STOP_WAIT_TIME_S\": \"30\"}}' "
+            "(a killed run's events stay in RUN/trace.spill: `rldbg export`)")

@@ -20,6 +20,7 @@ from reference_trainer.runtime import start_ray, stop_ray
 from reference_trainer.single_controller import shutdown_groups
 from reference_trainer.stop import Stopped, stop_on_signals
 from reference_trainer.stop import check as check_stop
+from reference_trainer.stop import job_stop_notice
 from reference_trainer.tasks import get_task
 from reference_trainer.workers.hybrid import load_tokenizer_for
 
@@ -32,6 +33,8 @@ def fit(cfg: Config) -> list[dict]:
         trace_path, control, groups, history, step = None, False, {}, [], None
         try:
             trace_path = _start_tracing(cfg)
+            if trace_path and (notice := job_stop_notice()):
+                print(notice, flush=True)
             control = _start_control(cfg)
             groups = build_role_groups(cfg, worker_env(cfg))
             actor, critic, reward = groups["actor"], groups.get("critic"), groups["reward"]
