@@ -57,7 +57,11 @@ def _status(cluster, sub_id) -> str:
 def test_job_submit_top_and_stop_exports_the_trace(cluster, tmp_path):
     run = tmp_path / "jobrun"
     sub_id = f"rldbg-test-{os.getpid()}"
-    r = _ray_job(cluster, "submit", "--no-wait", "--submission-id", sub_id, "--working-dir", ".", "--",
+    # Ray SIGKILLs a stopped job's entrypoint 3 s after SIGTERM by default; exporting the trace on a
+    # loaded 2-core machine can take longer, so the job asks for more, as the README says to.
+    grace = json.dumps({"env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": "60"}})
+    r = _ray_job(cluster, "submit", "--no-wait", "--submission-id", sub_id, "--working-dir", ".",
+                 "--runtime-env-json", grace, "--",
                  sys.executable, "-m", "reference_trainer", "--preset", "demo", "trainer.total_steps=400",
                  "sft.steps=0", f"trainer.run_dir={run}", "trainer.progress=false", timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -82,10 +86,10 @@ def test_job_submit_top_and_stop_exports_the_trace(cluster, tmp_path):
         _ray_job(cluster, "stop", "--no-wait", sub_id)
 
     trace = run / "trace.json.gz"
-    assert trace.exists(), f"ray job stop left no trace: {sorted(p.name for p in run.iterdir())}"
+    logs = _ray_job(cluster, "logs", sub_id).stdout
+    assert trace.exists(), f"ray job stop left no trace: {sorted(p.name for p in run.iterdir())}\n{logs[-3000:]}"
     rep = subprocess.run([sys.executable, "-m", "rldbg", "report", "--json", str(trace)], capture_output=True,
                          text=True, timeout=120)
     assert rep.returncode == 0, rep.stderr
     assert json.loads(rep.stdout)["time"]["steps"] >= 3
-    logs = _ray_job(cluster, "logs", sub_id).stdout
     assert "stopped by SIGTERM" in logs, logs[-3000:]
