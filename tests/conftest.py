@@ -25,7 +25,8 @@ def ray_cluster():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=True,
+        # address="local": our own cluster even when another (a `ray start`) is recorded on this machine.
+        ray.init(address="local", num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=True,
                  dashboard_host="127.0.0.1", dashboard_port=DASHBOARD_PORT, log_to_driver=False)
     try:
         yield DASHBOARD_URL
