@@ -448,7 +448,11 @@ def validate(cfg: Config) -> None:
     if cfg.trace.path and not cfg.trace.path.endswith((".json", ".json.gz")):
         raise ConfigError(f"config key 'trace.path' is {cfg.trace.path!r}; it must end in .json or .json.gz")
     import os
-    if os.environ.get("RAY_ADDRESS", "local") == "local":   # the embedded cluster: its size is known now
+    import sys
+    # The embedded cluster's size is known now. Not when this process already runs Ray (fit() then
+    # uses that cluster, checked against its real resources in trainer._check_cluster).
+    ray_up = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    if os.environ.get("RAY_ADDRESS", "local") == "local" and not ray_up:
         check_fits(cfg, {"CPU": cfg.resources.ray_num_cpus, "GPU": float("inf")}, f"the embedded cluster (resources.ray_num_cpus="
                                                              f"{cfg.resources.ray_num_cpus})")
     _check_debug(cfg)

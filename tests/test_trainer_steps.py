@@ -37,7 +37,8 @@ def _run_steps(cfg, steps):
 
 def test_dp_ranks_hold_identical_actor_weights_after_updates(ray_cluster, tmp_path):
     before, after, records = _run_steps(_cfg(tmp_path, "data.prompts_per_step=4", "data.group_size=4",
-                                              "actor.mini_batch_size=8", "critic.mini_batch_size=8"), 2)
+                                              "actor.mini_batch_size=8", "critic.mini_batch_size=8",
+                                              "actor.micro_batch_size=8", "critic.micro_batch_size=8"), 2)
     assert before[0] == before[1]
     assert after[0] == pytest.approx(after[1], rel=0, abs=1e-9)
     assert after[0] != before[0]
@@ -46,7 +47,8 @@ def test_dp_ranks_hold_identical_actor_weights_after_updates(ray_cluster, tmp_pa
 
 def test_batch_of_five_over_two_ranks_trains_with_ppo(ray_cluster, tmp_path):
     cfg = _cfg(tmp_path, "algorithm.adv_estimator=gae", "data.prompts_per_step=5", "data.group_size=1",
-               "actor.mini_batch_size=5", "critic.mini_batch_size=5")
+               "actor.mini_batch_size=5", "critic.mini_batch_size=5",
+               "actor.micro_batch_size=5", "critic.micro_batch_size=5")
     before, after, records = _run_steps(cfg, 1)
     assert after[0] == pytest.approx(after[1], rel=0, abs=1e-9) and after[0] != before[0]
     assert "critic/vf_loss" in records[0]
@@ -59,12 +61,14 @@ def test_impossible_mini_batch_fails_before_work_with_the_key_to_change():
 
 def test_fit_checkpoints_and_resumes(ray_cluster, tmp_path):
     cfg = _cfg(tmp_path, "trainer.total_steps=2", "trainer.save_every=1", "data.prompts_per_step=4",
-               "data.group_size=4", "actor.mini_batch_size=16", "critic.mini_batch_size=16")
+               "data.group_size=4", "actor.mini_batch_size=16", "critic.mini_batch_size=16",
+               "actor.micro_batch_size=16", "critic.micro_batch_size=16")
     first = fit(cfg)
     assert [r["step"] for r in first] == [0, 1]
     assert (tmp_path / "checkpoints" / "step_1" / "actor.pt").exists()
     cfg = _cfg(tmp_path, "trainer.total_steps=3", "trainer.resume=true", "data.prompts_per_step=4",
-               "data.group_size=4", "actor.mini_batch_size=16", "critic.mini_batch_size=16")
+               "data.group_size=4", "actor.mini_batch_size=16", "critic.mini_batch_size=16",
+               "actor.micro_batch_size=16", "critic.micro_batch_size=16")
     second = fit(cfg)
     assert [r["step"] for r in second] == [2]
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -75,7 +79,8 @@ def test_fit_checkpoints_and_resumes(ray_cluster, tmp_path):
 
 def test_critic_and_reward_in_their_own_pools(ray_cluster, tmp_path):
     cfg = _cfg(tmp_path, "algorithm.adv_estimator=gae", "resources.critic_pool=own", "resources.reward_pool=own",
-               "data.prompts_per_step=4", "data.group_size=2", "actor.mini_batch_size=8", "critic.mini_batch_size=8")
+               "data.prompts_per_step=4", "data.group_size=2", "actor.mini_batch_size=8", "critic.mini_batch_size=8",
+               "actor.micro_batch_size=8", "critic.micro_batch_size=8")
     groups = build_role_groups(cfg)
     try:
         pools = {name: g.pool.name for name, g in groups.items()}

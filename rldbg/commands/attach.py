@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
-from rldbg.dashboard import Dashboard, DashboardError
+from rldbg.control.discovery import cli_dashboard
+from rldbg.dashboard import DashboardError
 from rldbg.debug.dap import DAPClient, DAPError
 from rldbg.debug.registry import RegistryError, listening_workers
 from rldbg.debug.session import BREAK_FORM, Session, parse_break
@@ -30,7 +31,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--break", dest="breaks", action="append", default=[], metavar="FILE:LINE[:COND]",
                         help=f"with --role: breakpoint to set, repeatable; {BREAK_FORM}")
     parser.add_argument("--local-root", help="local project root that maps to the worker's cwd (default: cwd)")
-    parser.add_argument("--address", help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS or http://127.0.0.1:8265)")
+    parser.add_argument("--address", help="Ray dashboard URL (default: the run's own cluster: $RAY_DASHBOARD_ADDRESS, a live run's hub file, the newest Ray session, else http://127.0.0.1:8265)")
     parser.add_argument("--ray-address", help="GCS HOST:PORT for --role (default: RAY_ADDRESS, else the local cluster)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds to wait for the stop (default 30 for a paused worker, forever with --break)")
@@ -47,7 +48,7 @@ def run(args) -> int:
     if args.role is not None:
         return _run_listening(args)
     try:
-        host, port, worker = resolve_target(args.target, lambda: Dashboard(args.address))
+        host, port, worker = resolve_target(args.target, lambda: cli_dashboard(args.address, "rldbg attach"))
     except (TargetError, DashboardError) as e:
         return _fail(str(e))
     who = f"{worker.label} ({worker.method})" if worker else f"{host}:{port}"

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import sysconfig
 
-from rldbg.dashboard import Dashboard, DashboardError
+from rldbg.control.discovery import cli_dashboard
+from rldbg.dashboard import DashboardError
 from rldbg.debug.registry import ListeningWorker, RegistryError, listening_workers, parse_ranks
 from rldbg.debug.workers import PausedWorker, list_paused
 
@@ -29,7 +30,7 @@ _GENERATED = re.compile(r"^rldbg: .+ (rank \d+|pid \d+)$")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--address", help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS or http://127.0.0.1:8265)")
+    parser.add_argument("--address", help="Ray dashboard URL (default: the run's own cluster: $RAY_DASHBOARD_ADDRESS, a live run's hub file, the newest Ray session, else http://127.0.0.1:8265)")
     parser.add_argument("--output", default=".vscode/launch.json", help="launch.json to create or update (default .vscode/launch.json)")
     parser.add_argument("--attach-role", metavar="ROLE", help="entries for every listening worker of ROLE (debug mode)")
     parser.add_argument("--ranks", help="with --attach-role: only these ranks (1, 0,1, 0-3)")
@@ -165,7 +166,7 @@ def run(args) -> int:
         print("rldbg vscode: --ranks needs --attach-role ROLE", file=sys.stderr)
         return 2
     try:
-        paused = list_paused(Dashboard(args.address))
+        paused = list_paused(cli_dashboard(args.address, "rldbg vscode"))
     except DashboardError as e:
         print(f"rldbg vscode: {e}", file=sys.stderr)
         return 1

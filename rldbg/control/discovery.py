@@ -186,3 +186,18 @@ def discover(dashboard_address: str | None = None) -> list[dict]:
                      "run": f.get("run") or found["job_id"], "driver_pid": f.get("pid"),
                      "pid": a.get("pid"), "actor_id": a.get("actor_id")})
     return hubs
+
+
+def cli_dashboard(address: str | None, prog: str):
+    """The Dashboard a CLI command should talk to: the run's own cluster first (resolve_dashboard),
+    saying on stderr which one when it was not given explicitly. Raises DashboardError (one line)."""
+    import sys
+
+    from rldbg.dashboard import Dashboard, DashboardError
+    try:
+        url, origin = resolve_dashboard(address)
+    except RunChoiceError as e:
+        raise DashboardError(str(e)) from None
+    if origin != "--address":
+        print(f"{prog}: Ray cluster at {url} (from {origin})", file=sys.stderr)
+    return Dashboard(url)
