@@ -5,6 +5,8 @@ import time
 
 import torch
 
+WORK_S = 0.02   # what every rank spends in a call: real methods take milliseconds or more
+
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
@@ -19,6 +21,7 @@ class ActorWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto):
+        time.sleep(WORK_S)
         self._maybe_slow("update_actor")
         return DataProto.from_dict({"out": data.batch["x"] * 2})
 
@@ -57,8 +60,20 @@ class ActorWorker(Worker):
 class CriticWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto):
+        time.sleep(WORK_S)
         return DataProto.from_dict({"values": data.batch["x"].float().mean(dim=-1, keepdim=True)})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def whoami(self):
         return self.rank
+
+
+class AsyncWorker(Worker):
+    """An async registered method makes VeRL's worker an async Ray actor."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    async def ping(self, x: int):
+        import asyncio
+
+        await asyncio.sleep(0.01)
+        return x + self.rank
