@@ -1,0 +1,1 @@
+"""Integrations: other frameworks' dispatch layers driving rldbg's seam (rldbg/instrument.py)."""

@@ -1,0 +1,312 @@
+"""Driver side: each method VeRL binds on a worker group becomes one rldbg driver call.
+
+VeRL binds a group's methods in WorkerGroup._bind_worker_method(user_defined_cls, func_generator),
+the one place that knows which class (and so which colocated role) a method comes from. We hand
+it a func_generator of our own: VeRL's dispatch/execute/collect functions run unchanged inside
+call_begin → call_ready (after dispatch) → call_dispatched (after submit) → call_collected.
+"""
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+
+from rldbg import instrument
+from rldbg.integrations.verl import pins
+from rldbg.integrations.verl.steps import STEPS
+from rldbg.integrations.verl.worker import MARK, ROLE_ENV, TAG
+from rldbg.trace import runtime as _rt
+
+ROLES_ATTR = "_rldbg_colocated"   # on a colocated WorkerDict class: {prefixed method: (role, method)}
+GROUP_ROLE = "_rldbg_role"        # on a worker group: the role its calls are named after
+
+_local = threading.local()
+
+
+def _stack() -> list:
+    st = getattr(_local, "calls", None)
+    if st is None:
+        st = _local.calls = []
+    return st
+
+
+# ---- naming -------------------------------------------------------------------------------
+
+def raw_class(cls):
+    return getattr(cls, "__ray_actor_class__", cls)
+
+
+def group_role(ray_cls_with_init, name_prefix, explicit: bool) -> str:
+    """A group's role(s): the colocated role keys joined by '+', else the name_prefix the program
+    gave, else the worker class's name (VeRL makes up a random prefix when none is given)."""
+    cls = raw_class(getattr(ray_cls_with_init, "cls", None))
+    keys = list(getattr(cls, "raw_cls_dict", None) or {}) or \
+        list(dict.fromkeys(r for r, _ in (getattr(cls, ROLES_ATTR, None) or {}).values()))
+    if keys:
+        return "+".join(keys)
+    if explicit and name_prefix:
+        return str(name_prefix).rstrip("_:") or str(name_prefix)
+    return getattr(cls, "__name__", "worker")
+
+
+def _call_names(wg, udc, method_name: str) -> tuple[str, str]:
+    colocated = getattr(udc, ROLES_ATTR, None)
+    if colocated and method_name in colocated:
+        return colocated[method_name]
+    sub = getattr(wg, "sub_cls_name", "")
+    if sub:
+        return sub, method_name
+    return wg.__dict__.get(GROUP_ROLE) or raw_class(udc).__name__, method_name
+
+
+def _taggable(udc, method_name: str, magic: str) -> bool:
+    """Only methods wrapped on the worker side accept the tag keyword."""
+    fn = getattr(udc, method_name, None)
+    if getattr(fn, MARK, False):
+        return True
+    return method_name in (getattr(udc, ROLES_ATTR, None) or {})
+
+
+def _mode_name(udc, method_name: str, magic: str) -> str:
+    attrs = getattr(getattr(udc, method_name, None), magic, None) or {}
+    mode = attrs.get("dispatch_mode")
+    return getattr(mode, "name", None) or ("custom" if isinstance(mode, dict) else str(mode))
+
+
+# ---- summaries (cheap: sizes only) ---------------------------------------------------------
+
+def brief(obj) -> dict | None:
+    batch = getattr(obj, "batch", None)
+    if batch is not None and hasattr(batch, "items"):
+        keys = []
+        for k, v in batch.items():
+            if hasattr(v, "element_size"):
+                keys.append({"key": str(k), "shape": list(v.shape), "dtype": str(v.dtype),
+                             "nbytes": int(v.numel() * v.element_size())})
+        return {"rows": len(obj), "keys": keys}
+    return instrument.summarize(obj)
+
+
+def _shards(args, kwargs, world: int) -> list | None:
+    values = list(args) + [v for k, v in kwargs.items() if k != TAG]
+    if not values or not all(isinstance(v, (list, tuple)) and len(v) == world for v in values):
+        return None
+    out = []
+    for i in range(world):
+        rows, keys = 0, []
+        for v in values:
+            b = brief(v[i])
+            if b and "rows" in b:
+                rows = max(rows, b["rows"] or 0)
+                keys += b.get("keys", [])
+        out.append({"rows": rows, "keys": keys})
+    return out
+
+
+# ---- the generated caller -----------------------------------------------------------------
+
+def make_generator(udc, func_generator, magic: str):
+    def generator(wg, method_name, dispatch_fn, collect_fn, execute_fn, blocking):
+        taggable = _taggable(udc, method_name, magic)
+        mode = _mode_name(udc, method_name, magic)
+
+        def dispatch(group, *args, **kwargs):
+            out = dispatch_fn(group, *args, **kwargs)
+            st = _stack()
+            if st:
+                instrument.call_ready(st[-1])
+            return out
+
+        def execute(name, *args, **kwargs):
+            st = _stack()
+            call = st[-1] if st else None
+            world = len(wg._workers)
+            shards = None
+            if call is not None:
+                shards = _shards(args, kwargs, world)
+                if taggable:
+                    # VeRL's execute_all hands element i of every list argument to rank i when all
+                    # of them are lists of world size; the tag must follow the same rule.
+                    split = all(isinstance(a, list) and len(a) == world for a in args) and \
+                        all(isinstance(v, list) and len(v) == world for v in kwargs.values())
+                    kwargs[TAG] = [call.tag] * world if split else call.tag
+            out = execute_fn(name, *args, **kwargs)
+            if call is not None:
+                instrument.call_dispatched(call, shards)
+            return out
+
+        inner = func_generator(wg, method_name, dispatch_fn=dispatch, collect_fn=collect_fn,
+                               execute_fn=execute, blocking=blocking)
+
+        def caller(*args, **kwargs):
+            if not _rt.STATE.on:
+                _rt.lookup()   # a TaskRunner actor finds the job's collector (cheap after the first look)
+            _drain()
+            role, method = _call_names(wg, udc, method_name)
+            call = instrument.call_begin(role, method, mode, len(wg._workers), STEPS.on_call(role, method))
+            st = _stack()
+            st.append(call)
+            try:
+                out = inner(*args, **kwargs)
+            except BaseException as exc:
+                instrument.call_failed(call, exc)
+                raise
+            finally:
+                st.pop()
+            if blocking:
+                instrument.call_collected(call, brief(out) if out is not None else None)
+            else:
+                _close_when_ready(call, out)
+            return out
+
+        caller.__name__ = caller.__qualname__ = method_name
+        caller.__code__ = caller.__code__.replace(co_name=method_name, co_qualname=method_name)
+        caller.__doc__ = getattr(getattr(udc, method_name, None), "__doc__", None)
+        return caller
+
+    return generator
+
+
+# ---- blocking=False: the call closes when its ranks' results are ready ---------------------
+# Closed by whichever comes first: the next driver call (in the driver's thread, so a program that
+# waits for the futures before its next call gets calls that do not overlap), or a background
+# thread woken by Ray once the last result is ready (never Ray's own callback thread: closing may
+# pause at the step gate).
+
+class _Pending:
+    def __init__(self, call, refs):
+        self.call, self.refs, self.closed = call, refs, False
+        self.lock = threading.Lock()
+
+    def close(self) -> None:
+        import ray
+
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        try:
+            ray.get(self.refs, timeout=0)
+        except Exception as exc:
+            instrument.call_failed(self.call, exc)
+            return
+        instrument.call_collected(self.call, None)
+
+
+_pending: list = []
+_ready: queue.SimpleQueue = queue.SimpleQueue()
+_closer: list = [None]
+
+
+def _refs_of(out) -> list:
+    import ray
+
+    futures = getattr(out, "futures", None)      # VeRL's DataProtoFuture
+    items = futures if isinstance(futures, list) else out if isinstance(out, (list, tuple)) else [out]
+    return [r for r in items if isinstance(r, ray.ObjectRef)]
+
+
+def _close_when_ready(call, out) -> None:
+    refs = _refs_of(out)
+    if not refs:
+        instrument.call_collected(call, None)
+        return
+    if _closer[0] is None:
+        t = threading.Thread(target=_close_loop, name="rldbg-verl-futures", daemon=True)
+        t.start()
+        _closer[0] = t
+    entry = _Pending(call, refs)
+    _pending.append(entry)
+    left = [len(refs)]
+    lock = threading.Lock()
+
+    def done(_fut):
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            _ready.put(entry)
+
+    for r in refs:
+        r.future().add_done_callback(done)
+
+
+def _drain() -> None:
+    """Close the non-blocking calls whose results are all ready (called before each driver call)."""
+    if not _pending:
+        return
+    import ray
+
+    for entry in list(_pending):
+        if entry.closed:
+            _pending.remove(entry)
+            continue
+        ready, _ = ray.wait(entry.refs, num_returns=len(entry.refs), timeout=0, fetch_local=False)
+        if len(ready) == len(entry.refs):
+            entry.close()
+            _pending.remove(entry)
+
+
+def _close_loop() -> None:
+    while True:
+        _ready.get().close()
+
+
+# ---- patches --------------------------------------------------------------------------------
+
+def patch_worker_group_module(mod) -> None:
+    from verl.single_controller.base.decorator import MAGIC_ATTR
+
+    pins.check_module(mod)
+    wg_cls = mod.WorkerGroup
+    bind = wg_cls._bind_worker_method
+    if getattr(bind, MARK, False):
+        return
+
+    @functools.wraps(bind)
+    def _bind_worker_method(self, user_defined_cls, func_generator):
+        return bind(self, user_defined_cls, make_generator(user_defined_cls, func_generator, MAGIC_ATTR))
+
+    setattr(_bind_worker_method, MARK, True)
+    wg_cls._bind_worker_method = _bind_worker_method
+
+
+def patch_ray_module(mod) -> None:
+    """RayWorkerGroup names its role and hands it (and the switch) to its workers through VeRL's
+    own worker_env; the deprecated colocated WorkerDict records which role each method serves."""
+    pins.check_module(mod)
+    rwg = mod.RayWorkerGroup
+    init = rwg.__init__
+    if getattr(init, MARK, False):
+        return
+
+    @functools.wraps(init)
+    def __init__(self, resource_pool=None, ray_cls_with_init=None, *args, **kwargs):
+        explicit = kwargs.get("name_prefix") is not None and kwargs.get("worker_names") is None \
+            and kwargs.get("worker_handles") is None
+        role = group_role(ray_cls_with_init, kwargs.get("name_prefix"), explicit)
+        self.__dict__[GROUP_ROLE] = role
+        if resource_pool is not None and ray_cls_with_init is not None:
+            env = dict(kwargs.get("worker_env") or {})
+            env.setdefault(ROLE_ENV, role)
+            env.setdefault("RLDBG_VERL", "1")
+            kwargs["worker_env"] = env
+        init(self, resource_pool, ray_cls_with_init, *args, **kwargs)
+
+    setattr(__init__, MARK, True)
+    rwg.__init__ = __init__
+
+    bind_parent = mod._bind_workers_method_to_parent
+
+    @functools.wraps(bind_parent)
+    def _bind_workers_method_to_parent(cls, key, user_defined_cls):
+        before = set(vars(cls))
+        bind_parent(cls, key, user_defined_cls)
+        roles = dict(cls.__dict__.get(ROLES_ATTR) or {})
+        for name in set(vars(cls)) - before:
+            method = name[len(key) + 1:] if name.startswith(key + "_") else name
+            if getattr(getattr(user_defined_cls, method, None), MARK, False):
+                roles[name] = (key, method)
+        setattr(cls, ROLES_ATTR, roles)
+
+    mod._bind_workers_method_to_parent = _bind_workers_method_to_parent

@@ -1,0 +1,102 @@
+"""RLDBG_TRACE=PATH: trace a VeRL job from the moment its driver initialises Ray.
+
+`ray.init` and `ray.shutdown` are wrapped in the process that imports VeRL; only a driver calls
+ray.init, so workers and VeRL's TaskRunner actor just find the job's collector. The trace is
+written when the driver shuts Ray down or exits. `{pid}` in PATH becomes the driver's pid.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import sys
+
+from rldbg.integrations.verl.steps import STEPS
+
+MARK = "__rldbg_verl__"
+ACCEPTED = "a file path ending in .json or .json.gz ({pid} may appear in it)"
+
+
+class SwitchError(SystemExit):
+    """A bad RLDBG_* value: one line on stderr, exit status 2, before any work starts."""
+
+    def __init__(self, line: str):
+        print(f"rldbg: {line}", file=sys.stderr)
+        super().__init__(2)
+
+
+def trace_path() -> str | None:
+    raw = os.environ.get("RLDBG_TRACE", "").strip()
+    if not raw:
+        return None
+    if not raw.endswith((".json", ".json.gz")):
+        raise SwitchError(f"RLDBG_TRACE={raw!r} is not accepted: use {ACCEPTED}")
+    return raw.replace("{pid}", str(os.getpid()))
+
+
+def check_switch() -> None:
+    raw = os.environ.get("RLDBG_VERL", "").strip()
+    if raw not in ("", "0", "1"):
+        raise SwitchError(f"RLDBG_VERL={raw!r} is not accepted: use 1 (on) or 0 (off)")
+
+
+def install_trace_switch() -> None:
+    import ray
+
+    if trace_path() is None or getattr(ray.init, MARK, False):
+        return
+    init, shutdown = ray.init, ray.shutdown
+
+    @functools.wraps(init)
+    def traced_init(*args, **kwargs):
+        path = trace_path()                       # a bad value fails before Ray starts
+        ctx = init(*args, **kwargs)
+        start(path)
+        return ctx
+
+    @functools.wraps(shutdown)
+    def traced_shutdown(*args, **kwargs):
+        stop()
+        return shutdown(*args, **kwargs)
+
+    setattr(traced_init, MARK, True)
+    setattr(traced_shutdown, MARK, True)
+    ray.init, ray.shutdown = traced_init, traced_shutdown
+    if ray.is_initialized() and _is_driver(ray):   # VeRL imported after ray.init
+        start(trace_path())
+
+
+def _is_driver(ray) -> bool:
+    try:
+        from ray._private.worker import SCRIPT_MODE, global_worker
+
+        return global_worker.mode == SCRIPT_MODE
+    except Exception:
+        return False
+
+
+_started: list = []
+
+
+def start(path: str | None) -> None:
+    import rldbg.trace
+
+    if path is None or _started:
+        return
+    rldbg.trace.start(path)
+    _started.append(path)
+    atexit.register(stop)   # after trace.start's own hook, so it runs first: the last step closes
+
+
+def stop() -> None:
+    if not _started:
+        return
+    import rldbg.trace
+
+    STEPS.close()
+    path = _started.pop()
+    written = rldbg.trace.stop()
+    if written:
+        print(f"rldbg: trace written to {written}", file=sys.stderr)
+    elif path:
+        print(f"rldbg: trace for {path} was not written", file=sys.stderr)

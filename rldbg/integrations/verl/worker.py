@@ -1,0 +1,150 @@
+"""Worker side: every `@register` method of every VeRL Worker class runs inside rldbg's rank span.
+
+Wrapping happens when a class is defined (Worker.__init_subclass__), so it holds in each worker
+process, where Ray imports the class afresh. The wrapper takes one extra keyword, the driver's
+CallTag; its __signature__ declares it, because Ray checks a call's keywords against the
+signature it reads when the class is made remote (after inspect.unwrap, so the wrapper ends the
+__wrapped__ chain).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+
+from rldbg import instrument
+
+TAG = "_rldbg_call"          # the keyword carrying the driver's CallTag to a rank
+MARK = "__rldbg_verl__"      # set on wrapped methods: the driver passes a tag only to these
+ROLE_ENV = "RLDBG_VERL_ROLE"  # the process's role(s), set by the driver through VeRL's worker_env
+
+_identity_set = [False]
+
+
+def registered(fn, magic: str) -> bool:
+    return callable(fn) and isinstance(getattr(fn, magic, None), dict)
+
+
+def wrap_method(fn, name: str):
+    """`fn` (a @register method) inside worker_call / method_entry / post-mortem, taking TAG."""
+    if getattr(fn, MARK, False):
+        return fn
+    if inspect.iscoroutinefunction(fn):
+        async def wrapper(self, *args, _rldbg_call=None, **kwargs):
+            role, rank = _who(self, _rldbg_call)
+            with instrument.worker_call(role, rank, name, _rldbg_call):
+                instrument.method_entry(role, rank, name, _rldbg_call)
+                with instrument.post_mortem_guard():
+                    return await fn(self, *args, **kwargs)
+    else:
+        def wrapper(self, *args, _rldbg_call=None, **kwargs):
+            role, rank = _who(self, _rldbg_call)
+            with instrument.worker_call(role, rank, name, _rldbg_call):
+                instrument.method_entry(role, rank, name, _rldbg_call)
+                with instrument.post_mortem_guard():
+                    return fn(self, *args, **kwargs)
+    functools.update_wrapper(wrapper, fn)   # keeps VeRL's @register attributes
+    wrapper.__signature__ = _with_tag(inspect.signature(fn))
+    # Ray reads an actor method's signature after inspect.unwrap(): end the __wrapped__ chain here
+    # so that it sees the signature that admits the tag.
+    wrapper.__rldbg_wrapped__ = wrapper.__dict__.pop("__wrapped__")
+    setattr(wrapper, MARK, True)
+    return wrapper
+
+
+def _with_tag(sig: inspect.Signature) -> inspect.Signature:
+    params = list(sig.parameters.values())
+    if TAG in sig.parameters:
+        return sig
+    at = len(params) - 1 if params and params[-1].kind is inspect.Parameter.VAR_KEYWORD else len(params)
+    params.insert(at, inspect.Parameter(TAG, inspect.Parameter.KEYWORD_ONLY, default=None))
+    return sig.replace(parameters=params)
+
+
+def wrap_class(cls, magic: str) -> None:
+    """Wrap the registered methods `cls` itself defines (inherited ones were wrapped in their class)."""
+    for name, fn in list(vars(cls).items()):
+        if isinstance(fn, (staticmethod, classmethod)) or not registered(fn, magic):
+            continue
+        setattr(cls, name, wrap_method(fn, name))
+
+
+def _who(worker, tag) -> tuple[str, int]:
+    rank = _rank(worker)
+    if not _identity_set[0]:
+        identify(worker)
+    return (tag.group if tag is not None else process_role(worker)), rank
+
+
+def _rank(worker) -> int:
+    try:
+        return int(worker.rank)
+    except Exception:
+        return int(os.environ.get("RANK", "0") or 0)
+
+
+def process_role(worker) -> str:
+    """What this process serves: the roles the driver named (colocated ones joined by '+'),
+    else the worker's class name."""
+    return os.environ.get(ROLE_ENV) or type(worker).__name__
+
+
+def identify(worker) -> None:
+    """Tell rldbg who this process is (once per process): role(s), rank, world."""
+    _identity_set[0] = True
+    try:
+        world = int(worker.world_size)
+    except Exception:
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    instrument.set_worker_identity(process_role(worker), _rank(worker), world)
+
+
+def label(worker) -> str:
+    """The actor's repr on the Ray dashboard, "role[rank r/w]", which rldbg's CLI reads back."""
+    try:
+        return f"{process_role(worker)}[rank {_rank(worker)}/{int(worker.world_size)}]"
+    except Exception:
+        return object.__repr__(worker)
+
+
+def patch_worker_module(mod, magic: str) -> None:
+    """Patch verl.single_controller.base.worker.Worker: wrap its own registered methods, wrap every
+    subclass as it is defined, name the process after __init__, and give actors rldbg's label."""
+    worker_cls = mod.Worker
+    if getattr(worker_cls, MARK, False):
+        return
+    wrap_class(worker_cls, magic)
+    previous = worker_cls.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(cls, **kwargs):
+        if previous is not None:
+            previous.__func__(cls, **kwargs)
+        else:
+            super(worker_cls, cls).__init_subclass__(**kwargs)
+        wrap_class(cls, magic)
+
+    worker_cls.__init_subclass__ = classmethod(__init_subclass__)
+    init = worker_cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if not _identity_set[0] and os.environ.get("WG_BACKEND") == "ray":  # a real remote worker
+            identify(self)
+
+    worker_cls.__init__ = __init__
+    if "__repr__" not in vars(worker_cls):
+        worker_cls.__repr__ = label
+    setattr(worker_cls, MARK, True)
+    for sub in _all_subclasses(worker_cls):   # classes defined before install()
+        wrap_class(sub, magic)
+
+
+def _all_subclasses(cls):
+    seen, todo = [], list(cls.__subclasses__())
+    while todo:
+        c = todo.pop()
+        if c not in seen:
+            seen.append(c)
+            todo.extend(c.__subclasses__())
+    return seen

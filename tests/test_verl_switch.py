@@ -1,0 +1,94 @@
+"""The zero-code switch on an unmodified VeRL program (tests/verl_program.py), run as users run it:
+RLDBG_VERL=1 RLDBG_TRACE=out.json.gz python verl_program.py, then `rldbg report` and, while a
+breakpoint spec holds one rank, `rldbg breakpoints` and `rldbg attach` from other processes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verl_support import require_entry_point
+from polling import until
+
+TESTS = Path(__file__).parent
+ROOT = TESTS.parent
+PORT = int(os.environ.get("RLDBG_TEST_DASHBOARD_PORT", "8270")) + 1   # the program's own cluster
+DASH = f"http://127.0.0.1:{PORT}"
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ)
+    for k in ("RLDBG_VERL", "RLDBG_TRACE", "RLDBG_BREAKPOINTS", "RAY_ADDRESS", "SLOW_RANK", "SLOW_METHOD"):
+        env.pop(k, None)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT), env.get("PYTHONPATH", "")])
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _rldbg(*args, env=None, input=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "rldbg", *args], capture_output=True, text=True,
+                          env=env or _env(), input=input, timeout=timeout)
+
+
+def test_switch_loads_only_when_on():
+    require_entry_point()
+    probe = "import sys, verl; print('rldbg.integrations.verl' in sys.modules, 'rldbg' in sys.modules)"
+    off = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_env(), timeout=120)
+    on = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_env(RLDBG_VERL=1),
+                        timeout=120)
+    assert off.stdout.split() == ["False", "False"], off.stderr   # off: rldbg is not even imported
+    assert on.stdout.split() == ["True", "True"], on.stderr
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"RLDBG_VERL": "yes"}, "RLDBG_VERL='yes' is not accepted: use 1 (on) or 0 (off)"),
+    ({"RLDBG_VERL": "1", "RLDBG_TRACE": "out.txt"}, "RLDBG_TRACE='out.txt' is not accepted: use a file path"),
+])
+def test_bad_switch_values_fail_in_one_line(env, says):
+    require_entry_point()
+    r = subprocess.run([sys.executable, "-c", "import verl; print('ran')"], capture_output=True, text=True,
+                       env=_env(**env), timeout=120)
+    assert r.returncode == 2 and "ran" not in r.stdout
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("rldbg:")]
+    assert len(lines) == 1 and says in lines[0], r.stderr
+
+
+def test_unmodified_program_straggler_breakpoint_attach(tmp_path):
+    """The Done-when of issue 14: rank 1 of `actor` sleeps in update_actor; the report names that
+    role, rank and method (and nothing else); the spec pauses only rank 1; attach reaches it."""
+    require_entry_point()
+    trace = tmp_path / "out.json.gz"
+    env = _env(RLDBG_VERL=1, RLDBG_TRACE=trace, RLDBG_BREAKPOINTS="actor.update_actor@rank=1,step=3",
+               SLOW_RANK=1, SLOW_METHOD="update_actor", SLOW_S=0.3, STEPS=3, DASHBOARD_PORT=PORT,
+               RLDBG_HOME=tmp_path / "home")
+    prog = subprocess.Popen([sys.executable, str(TESTS / "verl_program.py")], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    try:
+        def paused():
+            r = _rldbg("breakpoints", "--address", DASH, "--json", env=env, timeout=30)
+            return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+
+        listed = until(paused, "actor rank 1 paused at update_actor", limit=240, interval=1.0)
+        assert [(w["role"], w["rank"], w["world"], w["method"]) for w in listed] == [("actor", 1, 2, "update_actor")]
+        r = _rldbg("attach", "actor:1", "--address", DASH, env=env, input="bt\ndetach\n", timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "attached to actor rank 1 (update_actor)" in r.stdout
+        assert "verl_workers.py" in r.stdout or "update_actor" in r.stdout.split("attached", 1)[1]
+        out, _ = prog.communicate(timeout=240)
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+            prog.communicate()
+    assert prog.returncode == 0, out[-3000:]
+    assert "step 2:" in out and f"rldbg: trace written to {trace}" in out
+
+    r = _rldbg("report", str(trace))
+    assert r.returncode == 0, r.stderr
+    flagged = [ln.strip() for ln in r.stdout.splitlines() if "STRAGGLER" in ln]
+    assert len(flagged) == 1 and flagged[0].startswith("STRAGGLER actor rank 1: update_actor "), r.stdout
+    assert "time per role:" in r.stdout and "critic" in r.stdout

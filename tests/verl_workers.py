@@ -1,0 +1,79 @@
+"""VeRL workers for rldbg's VeRL tests: plain VeRL code, no rldbg import. Importable by Ray
+workers through PYTHONPATH (tests/conftest.py puts tests/ there)."""
+import os
+import time
+
+import torch
+
+WORK_S = 0.02   # what every rank spends in a call: real methods take milliseconds or more
+
+from verl import DataProto
+from verl.single_controller.base import Worker
+from verl.single_controller.base.decorator import Dispatch, register
+
+
+class ActorWorker(Worker):
+    """Doubles a batch; one rank can be made slow through SLOW_RANK / SLOW_METHOD / SLOW_S."""
+
+    def _maybe_slow(self, method):
+        if os.environ.get("SLOW_METHOD") == method and int(os.environ.get("SLOW_RANK", "-1")) == self.rank:
+            time.sleep(float(os.environ.get("SLOW_S", "0.3")))
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto):
+        time.sleep(WORK_S)
+        self._maybe_slow("update_actor")
+        return DataProto.from_dict({"out": data.batch["x"] * 2})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def whoami(self):
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def later(self, s: float):
+        time.sleep(s)
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def grow(self, mib: int):
+        self._keep = getattr(self, "_keep", []) + [torch.ones(mib * 2**18)]   # mib MiB of float32
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def offload_cycle(self):
+        """VeRL's own FSDP optimizer offload/load helpers around a real optimizer state (CPU)."""
+        from verl.utils.fsdp_utils import load_fsdp_optimizer, offload_fsdp_optimizer
+
+        model = torch.nn.Linear(64, 64)
+        opt = torch.optim.Adam(model.parameters())
+        model(torch.ones(2, 64)).sum().backward()
+        opt.step()
+        offload_fsdp_optimizer(opt)
+        load_fsdp_optimizer(opt, "cpu")
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def fail(self):
+        raise ValueError(f"rank {self.rank} refuses")
+
+
+class CriticWorker(Worker):
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto):
+        time.sleep(WORK_S)
+        return DataProto.from_dict({"values": data.batch["x"].float().mean(dim=-1, keepdim=True)})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def whoami(self):
+        return self.rank
+
+
+class AsyncWorker(Worker):
+    """An async registered method makes VeRL's worker an async Ray actor."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    async def ping(self, x: int):
+        import asyncio
+
+        await asyncio.sleep(0.01)
+        return x + self.rank
