@@ -19,6 +19,7 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
+    from rldbg.sentinel import NonFinite
     from reference_trainer.single_controller.host import RankDied
     from reference_trainer.stop import Stopped
     from reference_trainer.trainer import fit
@@ -28,7 +29,7 @@ def main(argv=None) -> int:
     except ConfigError as e:   # the cluster cannot hold the run (checked before anything waits)
         print(f"config error: {e}", file=sys.stderr)
         return 2
-    except RankDied as e:
+    except (RankDied, NonFinite) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)   # the one line that matters, no traceback wall
         return 1
     except Stopped as e:

@@ -133,6 +133,11 @@ class DebugConfig:
     pg_timeout_s: float = 600.0  # process-group timeout; raise it while a rank sits at a breakpoint
     listen_roles: list = field(default_factory=list)  # roles whose workers open a debugpy listener
     listen_ranks: list = field(default_factory=list)  # only these ranks listen (default: all)
+    on_nonfinite: str = "stop"  # NaN/Inf in a call's tensor outputs: stop the run | warn | off
+    # Fault injection, for tests only: the reward role's rank test_nan_reward_rank returns one NaN
+    # score at step test_nan_reward_step (-1: never).
+    test_nan_reward_step: int = -1
+    test_nan_reward_rank: int = 0
 
 
 @dataclass
@@ -184,6 +189,7 @@ CHOICES = {
     "resources.critic_pool": ("shared", "own"),
     "resources.reward_pool": ("shared", "own"),
     "offload.target": ("auto", "host", "file", "none"),
+    "debug.on_nonfinite": ("stop", "warn", "off"),
 }
 
 

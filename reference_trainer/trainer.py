@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rldbg import instrument
+from rldbg import instrument, sentinel
 
 from reference_trainer import checkpoint
 from reference_trainer.advantage import compute_advantages
@@ -36,6 +36,7 @@ def fit(cfg: Config) -> list[dict]:
             if trace_path and (notice := job_stop_notice()):
                 print(notice, flush=True)
             control = _start_control(cfg)
+            sentinel.configure(cfg.debug.on_nonfinite, failures_dir(cfg))   # the driver's check of merged results
             groups = build_role_groups(cfg, worker_env(cfg))
             actor, critic, reward = groups["actor"], groups.get("critic"), groups["reward"]
             actor.init_model()
@@ -139,7 +140,13 @@ def worker_env(cfg: Config) -> dict:
     return {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
             **rldbg.worker_env(breakpoints=cfg.debug.breakpoints, post_mortem=cfg.debug.post_mortem,
                                listen_roles=cfg.debug.listen_roles, listen_ranks=cfg.debug.listen_ranks,
-                               profile=profile)}
+                               profile=profile, on_nonfinite=cfg.debug.on_nonfinite,
+                               failures_dir=failures_dir(cfg))}
+
+
+def failures_dir(cfg: Config) -> str:
+    """Where a failing call's inputs, output and error are saved (rldbg.sentinel)."""
+    return str(Path(cfg.trainer.run_dir).resolve() / "failures")
 
 
 def _check_cluster(cfg: Config, started: bool) -> None:

@@ -43,6 +43,7 @@ from rldbg.control import gate as _gate
 from rldbg.memory.probes import sample as _mem_sample
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
 from rldbg.profilers.torch_prof import profile_call as _profile_call
+from rldbg.sentinel import CallScope as _CallScope
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import (FREES, LOADS, driver_call_event, instant_event, ledger_event, memory_event,
                                 slice_event, transition_event)
@@ -234,7 +235,8 @@ def _ray_node() -> tuple[str, str]:
 def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
     """`with worker_call(...)`: this rank serves `method` for the driver call `tag` (None for an
     untagged call): one span on role/rank's track joined to the driver's send/recv, memory before
-    and after; user spans and breakpoints inside see role/rank/step/method."""
+    and after; user spans and breakpoints inside see role/rank/step/method. Yields an
+    rldbg.sentinel.CallScope: pass it the call's result (.returned) or error (.raised)."""
     ctx = current()
     prev = (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id)
     ctx.role, ctx.rank, ctx.method = role, rank, method
@@ -248,7 +250,7 @@ def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
     if not _rt.STATE.on:
         try:
             with _profile_call(role, rank, method, ctx.step):
-                yield
+                yield _CallScope(role, rank, method, ctx.step)
         finally:
             ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = prev
         return
@@ -260,7 +262,7 @@ def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
     _rt.emit(memory_event(t0, role, rank, ctx.step, method, m0))
     try:
         with _profile_call(role, rank, method, ctx.step):  # operator slices nest in this span
-            yield
+            yield _CallScope(role, rank, method, ctx.step)
     except BaseException as e:
         args["status"] = f"error: {type(e).__name__}"
         raise

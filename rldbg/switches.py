@@ -22,11 +22,13 @@ LISTEN_RANKS = "RLDBG_LISTEN_RANKS"          # ... on these ranks
 PROFILE = "RLDBG_PROFILE"                    # torch.profiler spec (rldbg.profilers.spec)
 CUDA_MEMORY_SNAPSHOT = "RLDBG_CUDA_MEMORY_SNAPSHOT"   # CUDA memory snapshots around transitions
 DEBUG_ALLOW_REMOTE = "RLDBG_DEBUG_ALLOW_REMOTE"       # let debugpy listen beyond loopback
+ON_NONFINITE = "RLDBG_ON_NONFINITE"          # stop | warn | off: the non-finite sentinel (rldbg.sentinel)
+FAILURES_DIR = "RLDBG_FAILURES_DIR"          # where a failing call's inputs/output/error are saved
 
 # What a worker reads; inherited from the driver's environment when not given explicitly.
 # RAY_DEBUG_POST_MORTEM is Ray's own switch, honoured by rldbg's post-mortem guard too.
 WORKER_SWITCHES = (BREAKPOINTS, POST_MORTEM, "RAY_DEBUG_POST_MORTEM", LISTEN_ROLES, LISTEN_RANKS, PROFILE,
-                   CUDA_MEMORY_SNAPSHOT, DEBUG_ALLOW_REMOTE)
+                   CUDA_MEMORY_SNAPSHOT, DEBUG_ALLOW_REMOTE, ON_NONFINITE, FAILURES_DIR)
 
 
 def _joined(values, sep: str = ",") -> str:
@@ -37,13 +39,14 @@ def _joined(values, sep: str = ",") -> str:
 
 def worker_env(*, breakpoints=(), post_mortem: bool = False, listen_roles=(), listen_ranks=(),
                profile: dict | None = None, cuda_memory_snapshot: str | None = None,
-               inherit: bool = True, environ=None) -> dict:
+               on_nonfinite: str | None = None, failures_dir: str | None = None, inherit: bool = True, environ=None) -> dict:
     """The environment variables (name -> value) a trainer gives its worker processes.
 
     breakpoints: spec texts ("role.method@rank=1,step=3"); post_mortem: pause a worker at the
     frame that raised; listen_roles / listen_ranks: debug mode (debugpy listeners; roles may be
     "*"); profile: {"dir", "roles", "ranks", "steps", "methods", "run"} for torch.profiler;
     cuda_memory_snapshot: a directory for CUDA memory snapshots around transitions.
+    on_nonfinite: stop | warn | off (rldbg.sentinel); failures_dir: where failing calls are saved.
     inherit: also pass on the switches set in `environ` (default os.environ) that were not given.
     Raises ValueError naming the bad value and the accepted form."""
     env: dict = {}
@@ -68,6 +71,12 @@ def worker_env(*, breakpoints=(), post_mortem: bool = False, listen_roles=(), li
         env[PROFILE] = to_env(**profile)
     if cuda_memory_snapshot:
         env[CUDA_MEMORY_SNAPSHOT] = str(cuda_memory_snapshot)
+    if on_nonfinite is not None:
+        if on_nonfinite not in ("stop", "warn", "off"):
+            raise ValueError(f"bad on_nonfinite {on_nonfinite!r}: accepted stop, warn, off")
+        env[ON_NONFINITE] = on_nonfinite
+    if failures_dir:
+        env[FAILURES_DIR] = str(failures_dir)
     if inherit:
         source = os.environ if environ is None else environ
         for key in WORKER_SWITCHES:

@@ -95,15 +95,18 @@ def _node_ip() -> str:
 def _make_caller(role: str, method: str):
     def caller(self, *args, _call=None, **kwargs):
         worker = self._workers[role]
-        with instrument.worker_call(role, self._info.rank, method, _call):
+        with instrument.worker_call(role, self._info.rank, method, _call) as seam:
             instrument.method_entry(role, self._info.rank, method, _call)
             try:
                 with instrument.post_mortem_guard():
-                    return getattr(worker, method)(*args, **kwargs)
+                    out = getattr(worker, method)(*args, **kwargs)
             except Exception as exc:  # name the rank and call; keep the remote traceback
                 step = getattr(_call, "step", None)
+                saved = seam.raised(exc, args, kwargs)   # inputs and error on disk (post-mortem off)
+                message = str(exc) + (f" [inputs and error saved to {saved}]" if saved else "")
                 raise RemoteCallError(role, self._info.rank, method, step, type(exc).__name__,
-                                      str(exc), traceback.format_exc()) from None
+                                      message, traceback.format_exc()) from None
+            return seam.returned(out, args, kwargs)   # the non-finite sentinel: may raise NonFinite
 
     return named(caller, remote_name(role, method))
 

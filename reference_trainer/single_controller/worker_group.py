@@ -10,7 +10,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 import rldbg
-from rldbg import instrument
+from rldbg import instrument, sentinel
 from rldbg.debug import death
 from rldbg.context import current
 
@@ -114,6 +114,8 @@ class CallFuture:
         except ray.exceptions.RayTaskError as err:
             instrument.call_failed(self.call, err)
             cause = getattr(err, "cause", None)
+            if isinstance(cause, sentinel.NonFinite):
+                raise sentinel.NonFinite(*cause.__reduce__()[1]) from None
             if isinstance(cause, RemoteCallError):
                 raise RemoteCallError(cause.role, cause.rank, cause.method, cause.step, cause.exc_type,
                                       cause.message, cause.remote_traceback) from None
@@ -130,6 +132,11 @@ class CallFuture:
             instrument.call_failed(self.call, err)
             raise
         self._result = self.reg.mode.collect(outputs, self._state)
+        try:   # what the merge made of finite rank outputs (the ranks checked their own)
+            sentinel.check_merged(self.group.role, self.method, self.call.tag.step, self._result)
+        except sentinel.NonFinite as err:
+            instrument.call_failed(self.call, err)
+            raise
         self._done = True
         instrument.call_collected(self.call, result_summary(self._result))
         return self._result

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from rldbg.context import current
+
 from reference_trainer.protocol import DataProto
 from reference_trainer.single_controller import Dispatch, Worker, register
 from reference_trainer.tasks import get_task
@@ -27,4 +29,9 @@ class RewardWorker(Worker):
         for ids, m, truth in zip(responses, mask, truths):
             text = self.tokenizer.decode(ids[m].tolist(), skip_special_tokens=True)
             scores.append(self.task.score(text, truth))
-        return DataProto.from_dict(tensors={"scores": torch.tensor(scores, dtype=torch.float32)})
+        scores = torch.tensor(scores, dtype=torch.float32)
+        d = self.config.debug
+        if d.test_nan_reward_step >= 0 and d.test_nan_reward_rank == self.rank \
+                and current().step == d.test_nan_reward_step:
+            scores[0] = float("nan")   # test-only fault injection (debug.test_nan_reward_step)
+        return DataProto.from_dict(tensors={"scores": scores})

@@ -11,6 +11,7 @@ import re
 import statistics
 from collections import defaultdict
 
+from rldbg import sentinel
 from rldbg.memory.leaks import describe, leak_suspicions, observe
 from rldbg.trace.events import moves
 from rldbg.trace.load import TraceFileError, load_events, ts_ns
@@ -189,9 +190,10 @@ def leaks(t: Trace) -> list:
 
 
 def analyse(path: str) -> dict:
-    t = Trace(load_events(path))
+    events = load_events(path)
+    t = Trace(events)
     return {"trace": path, "time": role_shares(t), **stragglers(t), "controller": controller_idle(t),
-            "memory_peaks": memory_peaks(t), "leaks": leaks(t)}
+            "memory_peaks": memory_peaks(t), "leaks": leaks(t), "nonfinite": sentinel.alarms(events)}
 
 
 def _mib(b) -> str:
@@ -218,4 +220,5 @@ def render(r: dict) -> str:
               for p in r["memory_peaks"]]
     lines += ["", "leak suspicions:" if r["leaks"] else "leak suspicions: none"]
     lines += [f"  {describe(k)}" for k in r["leaks"]]
+    lines += [""] + sentinel.render(r.get("nonfinite") or [])
     return "\n".join(lines)

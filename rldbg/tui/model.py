@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+from rldbg import sentinel
 from rldbg.debug.registry import identify
 from rldbg.memory.leaks import MIN_CYCLES, WARMUP_CYCLES, describe, leak_suspicions, observe
 from rldbg.trace.events import moves
@@ -65,6 +66,7 @@ class EventStore:
         self.methods: set = set()         # every call's method name, for the timeline's legend
         self.notes: collections.deque = collections.deque(maxlen=NOTES)
         self.flags: dict = {}             # key -> one-line flag (dict keeps the newest per key)
+        self.alarms: dict = {}            # (role, rank) -> args of its newest non-finite alarm (rldbg.sentinel)
         self.last_ts = 0
         self.count = 0
 
@@ -110,6 +112,9 @@ class EventStore:
         elif ph == "i":
             if cat == "step":
                 self.steps.setdefault(e.get("step"), [ts, None])
+            elif e.get("name") == sentinel.EVENT:   # the rank's row says so too (role_rows)
+                self.alarms[(args.get("role", role), args.get("rank", rank))] = args
+                self.note(ts, "non-finite", sentinel.describe(args))
             else:
                 who = f"{role} rank {rank}" if role not in (None, "driver") else (role or "driver")
                 detail = " ".join(f"{k}={v}" for k, v in args.items() if k in ("file", "line", "reason", "method"))
@@ -218,6 +223,8 @@ def role_rows(actors: list[dict], store: EventStore, state: dict | None, gpu_by_
                 st, method, step = "running", pending.get("method"), pending.get("step")
             else:
                 st = "idle"
+            if (role, rank) in store.alarms:
+                st += sentinel.state_suffix(store.alarms[(role, rank)])
             rows.append(RoleRow(f"{a.get('actor_id', '')}:{role}", roles + f"[{rank}]", role, rank, st,
                                 method or "-", "-" if step is None else str(step), pid,
                                 (a.get("node_id") or (a.get("address") or {}).get("node_id") or "-")[:8],

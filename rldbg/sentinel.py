@@ -1,0 +1,238 @@
+"""The non-finite sentinel: every registered call's tensor outputs (and the driver's merged
+result) are checked for NaN/Inf, and the first bad value is named where it appeared: role, rank,
+method, step, the output key and how many elements.
+
+    mode()                                  # "stop" | "warn" | "off" (RLDBG_ON_NONFINITE, default stop)
+    scope = CallScope(role, rank, method, step)   # what rldbg.instrument.worker_call yields
+    scope.returned(out, args, kwargs)       # check a call's output; raises NonFinite in stop mode
+    scope.raised(exc, args, kwargs)         # save the inputs and the error of a failed call
+    check_merged(role, method, step, result) # the driver's check of a merged result
+
+Cost: one fused isfinite().all() per floating tensor and a single host sync per output;
+elements are counted only on failure. rldbg never imports a trainer: outputs are walked
+generically (tensors, dicts, lists/tuples, objects with a `.tensors` mapping).
+
+A failing call's inputs and output are saved (torch.save) under RLDBG_FAILURES_DIR
+(<run_dir>/failures) as <step>-<role>-<rank>-<method>/{inputs.pt, output.pt, info.json, error.txt}.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from rldbg import switches
+
+MODES = ("stop", "warn", "off")
+EVENT = "nonfinite"            # the instant's name in the trace
+_MAX_DEPTH = 4
+
+_mode: list = [None]            # set by configure() (driver), else read from the environment once
+_failures: list = [None]
+
+
+class NonFinite(RuntimeError):
+    """A call produced NaN/Inf: who, where, which key and how many elements, in one line."""
+
+    def __init__(self, role: str, rank, method: str, step, key: str, count: int, numel: int,
+                 saved: str | None = None):
+        self.role, self.rank, self.method, self.step = role, rank, method, step
+        self.key, self.count, self.numel, self.saved = key, count, numel, saved
+        super().__init__(describe({"role": role, "rank": rank, "method": method, "step": step, "key": key,
+                                   "count": count, "numel": numel, "saved": saved}))
+
+    def __reduce__(self):
+        return (NonFinite, (self.role, self.rank, self.method, self.step, self.key, self.count, self.numel,
+                            self.saved))
+
+
+def describe(a: dict) -> str:
+    """One line for a non-finite alarm's args (also what `rldbg report` and `rldbg top` print)."""
+    who = f"{a.get('role')} rank {a.get('rank')}" if a.get("rank") is not None else f"{a.get('role')} (merged)"
+    when = f" at step {a['step']}" if a.get("step") is not None else ""
+    of = f" of {a['numel']}" if a.get("numel") else ""
+    line = (f"non-finite output: {who} {a.get('method')}{when}: {a.get('key')!r} has {a.get('count')}"
+            f"{of} NaN/Inf element(s)")
+    if a.get("saved"):
+        line += f"; inputs and output saved to {a['saved']}"
+    return line
+
+
+def configure(mode: str | None = None, failures: str | None = None) -> None:
+    """Set this process's mode and failures directory (the driver, from its config); None: the
+    environment's (RLDBG_ON_NONFINITE, RLDBG_FAILURES_DIR), as on workers."""
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"on_nonfinite={mode!r}; accepted: {', '.join(MODES)}")
+    _mode[0], _failures[0] = mode, failures
+
+
+def mode() -> str:
+    if _mode[0] is None:
+        m = os.environ.get(switches.ON_NONFINITE, "stop").strip().lower() or "stop"
+        _mode[0] = m if m in MODES else "stop"
+    return _mode[0]
+
+
+# ---- the check ------------------------------------------------------------------------------
+
+def _tensors(obj, prefix: str = "", depth: int = 0):
+    """(key, tensor) for every floating tensor in obj, walked generically."""
+    torch = sys.modules.get("torch")
+    if torch is None or depth > _MAX_DEPTH:
+        return
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() or obj.is_complex():
+            yield prefix, obj
+        return
+    items = None
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        inner = getattr(obj, "tensors", None)
+        if isinstance(inner, dict):
+            items = inner.items()
+    if items is None:
+        return
+    for k, v in items:
+        yield from _tensors(v, f"{prefix}.{k}" if prefix else str(k), depth + 1)
+
+
+def find(obj):
+    """None when every floating tensor in obj is finite, else (key, count, numel) of the first
+    that is not. One isfinite().all() per tensor and one sync for all of them."""
+    found = list(_tensors(obj))
+    if not found:
+        return None
+    import torch
+
+    flags = [torch.isfinite(t).all() for _, t in found]
+    devices = {f.device for f in flags}
+    if len(devices) == 1:
+        if bool(torch.stack(flags).all()):
+            return None
+    elif all(bool(f) for f in flags):
+        return None
+    for (key, t), ok in zip(found, flags):
+        if not bool(ok):
+            return key, int((~torch.isfinite(t)).sum()), int(t.numel())
+    return None
+
+
+# ---- failures on disk -----------------------------------------------------------------------
+
+def failures_dir() -> str | None:
+    return _failures[0] or os.environ.get(switches.FAILURES_DIR) or None
+
+
+def save_failure(role: str, rank, method: str, step, args=(), kwargs=None, output=None,
+                 error: str | None = None, info: dict | None = None) -> str | None:
+    """Write a failing call's inputs, output and error under the failures directory; returns
+    the directory (None when none is configured, or when saving failed: it never masks the error)."""
+    root = failures_dir()
+    if not root:
+        return None
+    where = Path(root) / f"{'init' if step is None else step}-{role}-{'merged' if rank is None else rank}-{method}"
+    try:
+        import torch
+
+        where.mkdir(parents=True, exist_ok=True)
+        torch.save({"args": tuple(args or ()), "kwargs": dict(kwargs or {})}, where / "inputs.pt")
+        if output is not None:
+            torch.save(output, where / "output.pt")
+        if error:
+            (where / "error.txt").write_text(error)
+        meta = {"role": role, "rank": rank, "method": method, "step": step, "pid": os.getpid(), **(info or {})}
+        (where / "info.json").write_text(json.dumps(meta, indent=1, default=str))
+    except Exception as e:  # noqa: BLE001 - a failed save must not hide the failure being reported
+        print(f"rldbg: could not save the failing call to {where}: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+    return str(where.resolve())
+
+
+def post_mortem_on() -> bool:
+    return any(os.environ.get(k, "") not in ("", "0") for k in (switches.POST_MORTEM, "RAY_DEBUG_POST_MORTEM"))
+
+
+# ---- hooks ----------------------------------------------------------------------------------
+
+class CallScope:
+    """One registered call on a rank, as rldbg.instrument.worker_call yields it."""
+
+    __slots__ = ("role", "rank", "method", "step")
+
+    def __init__(self, role: str, rank, method: str, step):
+        self.role, self.rank, self.method, self.step = role, rank, method, step
+
+    def returned(self, out, args=(), kwargs=None):
+        """Check the call's output; warn or raise NonFinite (mode), saving inputs and output."""
+        if mode() == "off":
+            return out
+        bad = find(out)
+        if bad is not None:
+            _alarm(self.role, self.rank, self.method, self.step, bad, args, kwargs, out)
+        return out
+
+    def raised(self, exc: BaseException, args=(), kwargs=None) -> str | None:
+        """Save a failed call's inputs and error (post-mortem off); returns the directory."""
+        if post_mortem_on() or isinstance(exc, NonFinite):
+            return None
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        saved = save_failure(self.role, self.rank, self.method, self.step, args, kwargs, error=text)
+        if saved:
+            print(f"rldbg: {self.role} rank {self.rank} {self.method} failed; inputs and error saved to {saved}",
+                  file=sys.stderr, flush=True)
+        return saved
+
+
+def check_merged(role: str, method: str, step, result, args=(), kwargs=None):
+    """The driver's check of what a call's ranks merged into (rank None: the merged result)."""
+    if mode() == "off":
+        return result
+    bad = find(result)
+    if bad is not None:
+        _alarm(role, None, method, step, bad, args, kwargs, result)
+    return result
+
+
+_warned: set = set()
+
+
+def _alarm(role, rank, method, step, bad, args, kwargs, out) -> None:
+    key, count, numel = bad
+    saved = save_failure(role, rank, method, step, args, kwargs, output=out,
+                         info={"key": key, "count": count, "numel": numel})
+    from rldbg.api import instant
+
+    instant(EVENT, role=role, rank=rank, method=method, step=step, key=key, count=count, numel=numel,
+            saved=saved)
+    err = NonFinite(role, rank, method, step, key, count, numel, saved)
+    if mode() == "stop":
+        raise err
+    if (role, rank, method, key) not in _warned:   # warn mode: once per place, the trace has every one
+        _warned.add((role, rank, method, key))
+        print(f"rldbg warning: {err}", file=sys.stderr, flush=True)
+
+
+def alarms(events: list) -> list[dict]:
+    """The non-finite alarms in a loaded Chrome trace (rldbg.trace.load_events), oldest first."""
+    out = [dict(e.get("args") or {}) for e in sorted((e for e in events if e.get("ph") in ("i", "I")
+                                                     and e.get("name") == EVENT), key=lambda e: e.get("ts", 0))]
+    return [{k: a.get(k) for k in ("role", "rank", "method", "step", "key", "count", "numel", "saved")}
+            for a in out]
+
+
+def state_suffix(a: dict) -> str:
+    """What `rldbg top`'s Roles view adds to the state of a rank that raised the alarm."""
+    step = f" step {a['step']}" if a.get("step") is not None else ""
+    return f", NaN/Inf in {a.get('method')}{step}"
+
+
+def render(found: list[dict]) -> list[str]:
+    """`rldbg report`'s lines for the alarms."""
+    if not found:
+        return ["non-finite values: none"]
+    return ["non-finite values:"] + [f"  {describe(a)}" for a in found]
