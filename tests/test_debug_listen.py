@@ -5,15 +5,15 @@ import io
 import json
 import os
 import sys
+import subprocess
 import threading
-from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
 from polling import until
 import ray
+from conftest import DASHBOARD_URL
 
-from rldbg.cli import main as cli_main
 from rldbg.dashboard import Dashboard
 from rldbg.debug import listen
 from rldbg.debug.dap import DAPClient
@@ -38,16 +38,25 @@ def _until(fn, what, limit=90.0):
     return until(fn, what, limit)
 
 
+def _cli_env() -> dict:
+    """The environment of a user's second terminal: Ray set RAY_AUTH_MODE=token in this
+    (pytest) process when it created the cluster; a fresh shell has no such variable."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    return {**env, "PYTHONUNBUFFERED": "1"}
+
+
 def _cli(*argv, stdin: str | None = None, buf: io.StringIO | None = None) -> tuple[int, str]:
-    buf, old_stdin = buf or io.StringIO(), sys.stdin
+    """Run `python -m rldbg ARGV` as a separate process, as a user does from another terminal;
+    stdout streams into buf (when given) so a caller can poll it while the command runs."""
+    buf = buf or io.StringIO()
+    proc = subprocess.Popen([sys.executable, "-m", "rldbg", *argv], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_cli_env())
     if stdin is not None:
-        sys.stdin = io.StringIO(stdin)
-    try:
-        with redirect_stdout(buf):
-            rc = cli_main(list(argv))
-    finally:
-        sys.stdin = old_stdin
-    return rc, buf.getvalue()
+        proc.stdin.write(stdin)
+    proc.stdin.close()
+    for line in proc.stdout:
+        buf.write(line)
+    return proc.wait(timeout=300), buf.getvalue()
 
 
 # --- no cluster needed ---------------------------------------------------------------------
@@ -99,10 +108,11 @@ def test_listener_registers_and_disappears_with_its_actor(ray_cluster, tmp_path)
     rows = dash.workers(filters=[("pid", "=", entry["pid"])])
     assert rows and rows[0]["debugger_port"] == entry["port"]
     launch = tmp_path / "launch.json"
-    assert _cli("vscode", "--attach-role", "reward", "--output", str(launch))[0] == 0
+    rc, out = _cli("vscode", "--attach-role", "reward", "--address", ray_cluster, "--output", str(launch))
+    assert rc == 0, out
     ray.kill(lone)
     _until(lambda: not [w for w in listening_workers(role="reward") if w.pid == entry["pid"]], "stale entry gone")
-    rc, _ = _cli("vscode", "--attach-role", "reward", "--output", str(launch))
+    rc, _ = _cli("vscode", "--attach-role", "reward", "--address", ray_cluster, "--output", str(launch))
     assert rc == 1  # nothing listens any more; the file keeps the last good entries
 
 
@@ -163,9 +173,9 @@ def test_vscode_launch_names_every_listening_actor(trainer, tmp_path):
     launch.write_text('{ // mine\n "version": "0.2.0", "configurations": [{"name": "Mine", "type": "debugpy",'
                       ' "request": "launch", "program": "x.py"},],\n "compounds": [{"name": "My pair",'
                       ' "configurations": ["Mine"]}]}')
-    rc, out = _cli("vscode", "--attach-role", "actor", "--output", str(launch))
+    rc, out = _cli("vscode", "--attach-role", "actor", "--address", DASHBOARD_URL, "--output", str(launch))
+    assert rc == 0, out
     data = json.loads(launch.read_text())
-    assert rc == 0
     by_name = {c["name"]: c for c in data["configurations"]}
     assert "Mine" in by_name and [c["name"] for c in data["compounds"]][0] == "My pair"
     for w in workers:
@@ -175,7 +185,7 @@ def test_vscode_launch_names_every_listening_actor(trainer, tmp_path):
         assert {"localRoot": "${workspaceFolder}", "remoteRoot": w.cwd} in c["pathMappings"]
     assert data["compounds"][1] == {"name": "rldbg: actor (all listening ranks)", "stopAll": False,
                                     "configurations": ["rldbg: actor rank 0", "rldbg: actor rank 1"]}
-    rc, _ = _cli("vscode", "--attach-role", "actor", "--ranks", "1", "--output", str(launch))
+    rc, _ = _cli("vscode", "--attach-role", "actor", "--ranks", "1", "--address", DASHBOARD_URL, "--output", str(launch))
     names = [c["name"] for c in json.loads(launch.read_text())["configurations"]]
     assert rc == 0 and names == ["Mine", "rldbg: actor rank 1"]
 
@@ -219,7 +229,7 @@ def test_rldbg_attach_break_waits_for_the_hit(trainer):
     script = 'p batch.tensors["responses"].shape[0]\np RLDBG_ROLE\nclear\ndetach\n'
     buf, result = io.StringIO(), {}
     cli = threading.Thread(target=lambda: result.update(rc=_cli(
-        "attach", "--role", "actor", "--rank", "1", "--break", f"{REL_HYBRID}:{LINE}", stdin=script, buf=buf)[0]))
+        "attach", "--role", "actor", "--rank", "1", "--address", DASHBOARD_URL, "--break", f"{REL_HYBRID}:{LINE}", stdin=script, buf=buf)[0]))
     cli.start()
     _until(lambda: "waiting for the breakpoint" in buf.getvalue(), "attach ready", 60)
     t, out = _step_in_background(trainer, 1)  # started only once the breakpoint is set
