@@ -140,3 +140,24 @@ def test_bad_files_give_one_line_errors(tmp_path):
     for path, msg in [(tmp_path / "missing.json", "not found"), (tmp_path / "text.json", "not a Chrome JSON")]:
         out = subprocess.run([sys.executable, "-m", "rldbg.cli", "report", str(path)], capture_output=True, text=True)
         assert out.returncode == 2 and msg in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def _calls(durs_by_call):
+    """Exported call slices: one flow per call, {rank: duration in us}."""
+    events, ts = [], 0
+    for flow, durs in enumerate(durs_by_call, 1):
+        for rank, dur in durs.items():
+            events.append({"ph": "X", "cat": "call", "name": "m", "ts": ts, "dur": dur, "pid": 1, "tid": rank + 1,
+                           "args": {"role": "actor", "rank": rank, "method": "m", "flow": flow}})
+        ts += 1_000_000
+    return events
+
+
+def test_stragglers_need_several_calls_and_a_real_excess():
+    from rldbg.trace.report import Trace, stragglers
+    one_off = _calls([{0: 100_000, 1: 180_000}])                    # one call, 1.8x: noise (an init_model)
+    tiny = _calls([{0: 100, 1: 900}] * 10)                           # 9x slower but 0.8 ms: not worth a line
+    real = _calls([{0: 30_000, 1: 30_000, 2: 120_000}] * 4)          # 4 calls, 4x and 90 ms slower
+    assert stragglers(Trace(one_off))["stragglers"] == []
+    assert stragglers(Trace(tiny))["stragglers"] == []
+    assert [(s["rank"], s["calls"]) for s in stragglers(Trace(real))["stragglers"]] == [(2, 4)]

@@ -17,6 +17,10 @@ from rldbg.trace.events import moves
 from rldbg.trace.load import TraceFileError, load_events, ts_ns
 
 STRAGGLER_RATIO = 1.5
+# A straggler is named only with evidence: at least this many calls (a one-off init_model that
+# took 1.8x its peer is noise), and a median excess over its peers a person would care about.
+STRAGGLER_MIN_CALLS = 3
+STRAGGLER_MIN_EXCESS_NS = 5_000_000
 _RANK_COUNTER = re.compile(r"^rank (\d+) (memory|ledger)$")
 
 
@@ -114,18 +118,22 @@ def stragglers(t: Trace, ratio: float = STRAGGLER_RATIO) -> dict:
         if c["flow"] is not None:
             per_call[(c["role"], c["method"], c["flow"])][c["rank"]] = c["dur"]
     ratios = defaultdict(list)            # (role, method, rank) -> [dur / median of peers]
+    excess = defaultdict(list)            # (role, method, rank) -> [dur - median of peers], ns
     skew = defaultdict(list)              # (role, method) -> [max / min]
     for (role, method, _), durs in per_call.items():
         if len(durs) < 2:
             continue
         skew[(role, method)].append(max(durs.values()) / max(min(durs.values()), 1))
         for rank, d in durs.items():
-            peers = [v for r, v in durs.items() if r != rank]
-            ratios[(role, method, rank)].append(d / max(statistics.median(peers), 1))
+            peers = statistics.median([v for r, v in durs.items() if r != rank])
+            ratios[(role, method, rank)].append(d / max(peers, 1))
+            excess[(role, method, rank)].append(d - peers)
     found = []
-    for (role, method, rank), rs in sorted(ratios.items()):
+    for key, rs in sorted(ratios.items()):
+        role, method, rank = key
         med = statistics.median(rs)
-        if med > ratio:
+        if (med > ratio and len(rs) >= STRAGGLER_MIN_CALLS
+                and statistics.median(excess[key]) >= STRAGGLER_MIN_EXCESS_NS):
             found.append({"role": role, "rank": rank, "method": method, "calls": len(rs),
                           "slower_than_peers": round(med, 2)})
     return {"stragglers": found,
