@@ -7,6 +7,12 @@ integer ns relative to the origin, written as exact 3-decimal µs. Each driver c
 call > dispatch > send→rank i, call > wait > recv←rank i, and the flow for rank i runs
 send → the rank's slice → recv with flow v2 (one bind_id per call and rank, flow_in+flow_out on
 the rank slice). Two passes over the spill so memory stays bounded by calls, not events.
+
+Nodes and clocks: each rank's thread_name metadata carries the process behind it (pid, host,
+node_id, node_ip, its clock offset and uncertainty) and its call slices carry node/ip; a process
+serving several roles appears under each. Every batch's timestamps are shifted by the clock offset
+its process had estimated when it sent them (rldbg.trace.clock): all times are the collector's
+clock. The "rldbg trace start" instant's args hold the per-process estimates ("clock").
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import gzip
 import json
 import os
 
+from rldbg.trace.clock import batch_offset, uncertainty
 from rldbg.trace.events import COUNTER, DRIVER_CALL, INSTANT, SLICE, decode
 from rldbg.trace.spill import iter_batches, iter_events, read_meta
 
@@ -25,8 +32,13 @@ def _us(ns: int) -> str:
     return f"{q}.{r:03d}"
 
 
+def _key(batch: dict) -> str:
+    return f"{batch.get('host')}:{batch.get('pid')}"
+
+
 class _Index:
-    """What pass 1 learns: tracks, rank slice ends per call, drops, the time origin."""
+    """What pass 1 learns: tracks, rank slice ends per call, drops, the time origin, and which
+    process (node, clock) stands behind each role/rank."""
 
     def __init__(self, meta: dict):
         self.origin = int(meta.get("origin_ns") or 0)
@@ -35,11 +47,42 @@ class _Index:
         self.ranks: dict[str, set] = {"driver": {0}}
         self.rank_ends: dict[int, dict] = {}      # flow -> {(role, rank): ts_end}
         self.drops: dict[str, list] = {}          # "host:pid" -> [dropped, t_sent]
+        self.procs: dict[str, dict] = {}          # "host:pid" -> where it runs and its clock
+        self.rank_proc: dict[tuple, str] = {}     # (role, rank) -> "host:pid"
         self.n = 0
 
-    def see(self, batch: dict, raw: list) -> None:
+    def see_batch(self, batch: dict) -> int:
+        """Note the batch's process; returns the clock offset to apply to its events."""
+        off = batch_offset(batch)
+        if batch.get("host") == "collector" or not batch.get("events"):   # rldbg's own loss records
+            return off
+        p = self.procs.setdefault(_key(batch), {"pid": batch.get("pid"), "host": batch.get("host"),
+                                                "node_id": batch.get("node_id") or "",
+                                                "node_ip": batch.get("node_ip") or "",
+                                                "clock_offset_ns": None, "clock_uncertainty_ns": None,
+                                                "uncorrected_events": 0})
+        u = uncertainty(batch)
+        if u is None:
+            p["uncorrected_events"] += len(batch["events"])
+        else:
+            p["clock_offset_ns"] = off
+            p["clock_uncertainty_ns"] = max(p["clock_uncertainty_ns"] or 0, u)
+        return off
+
+    def clock(self) -> dict:
+        """The trace metadata on clocks: reference, worst uncertainty, per-process estimates."""
+        us = [p["clock_uncertainty_ns"] for p in self.procs.values() if p["clock_uncertainty_ns"] is not None]
+        return {"reference": "the collector's wall clock", "max_uncertainty_ns": max(us) if us else None,
+                "processes": {k: {"node_id": p["node_id"], "offset_ns": p["clock_offset_ns"],
+                                  "uncertainty_ns": p["clock_uncertainty_ns"],
+                                  **({"uncorrected_events": p["uncorrected_events"]} if p["uncorrected_events"] else {})}
+                              for k, p in sorted(self.procs.items())}}
+
+    def see(self, batch: dict, raw: list, off: int = 0) -> None:
         ev = decode(raw)
-        ts, role, rank = ev.ts_ns, ev.role, ev.rank
+        ts, role, rank = ev.ts_ns + off, ev.role, ev.rank
+        if batch.get("host") != "collector":
+            self.rank_proc[(role, rank)] = _key(batch)
         self.n += 1
         if self.origin == 0 or ts < self.origin:
             self.origin = ts
@@ -50,14 +93,14 @@ class _Index:
             self.rank_ends.setdefault(ev.flow, {})[(role, rank)] = ts + ev.dur_ns
 
 
-def _index(spill_dir: str) -> _Index:
+def _index(spill_dir: str, align: bool = True) -> _Index:
     idx = _Index(read_meta(spill_dir))
     for batch in iter_batches(spill_dir):
+        off = idx.see_batch(batch) if align else 0
         for ev in batch.get("events", ()):
-            idx.see(batch, ev)
-        key = f"{batch.get('host')}:{batch.get('pid')}"
+            idx.see(batch, ev, off)
         if batch.get("dropped"):
-            idx.drops[key] = [batch["dropped"], batch.get("t_sent", 0)]
+            idx.drops[_key(batch)] = [batch["dropped"], batch.get("t_sent", 0) + off]
     return idx
 
 
@@ -69,12 +112,14 @@ def _open(path: str):
     raise ValueError(f"output {path!r} must end in .json or .json.gz")
 
 
-def export_spill(spill_dir: str, out_path: str, extra=None) -> dict:
+def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool = True) -> dict:
     """Write the trace; returns {"events": n_in, "written": n_out, "path": out_path}.
+    align_clocks=False writes each process's own timestamps (to see what the correction did).
     `extra(put, locate, origin_ns)` may add events of its own before the trailer: put(event dict)
-    writes one, locate(role, rank) -> (pid, tid) or None places it on a rank's track. The
+    writes one, locate(role, rank) -> (pid, tid, clock offset ns to add to that rank's own
+    timestamps) or None places it on a rank's track. The
     exporter knows nothing of who adds them (rldbg.trace.session passes the torch.profiler merge)."""
-    idx = _index(spill_dir)
+    idx = _index(spill_dir, align_clocks)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)) or ".", exist_ok=True)
     flow_ids: dict = {}
     written = 0
@@ -90,15 +135,26 @@ def export_spill(spill_dir: str, out_path: str, extra=None) -> dict:
             put({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": role}})
             for rank in sorted(idx.ranks.get(role, ())):
                 tname = "driver" if role == "driver" else f"rank {rank}"
-                put({"ph": "M", "pid": pid, "tid": rank + 1, "name": "thread_name", "args": {"name": tname}})
+                put({"ph": "M", "pid": pid, "tid": rank + 1, "name": "thread_name",
+                     "args": dict(_where(idx, role, rank), name=tname)})
         put({"ph": "i", "s": "g", "pid": 1, "tid": 1, "name": "rldbg trace start", "ts": "0.000",
-             "args": {"origin_unix_ns": idx.origin, "job_id": idx.meta.get("job_id"), "format": "rldbg-1"}})
+             "args": {"origin_unix_ns": idx.origin, "job_id": idx.meta.get("job_id"), "format": "rldbg-1",
+                      "clock": dict(idx.clock(), aligned=align_clocks)}})
+        nodes = {rr: (p.get("node_id", "")[:8], p.get("node_ip", "")) for rr, p in
+                 ((rr, idx.procs.get(k, {})) for rr, k in idx.rank_proc.items())}
 
         def flow_id(flow, role, rank) -> int:
             return flow_ids.setdefault((flow, role, rank), len(flow_ids) + 1)
 
-        for _, raw in iter_events(spill_dir):
+        last_batch, off = None, 0
+        for batch, raw in iter_events(spill_dir):
+            if batch is not last_batch:
+                last_batch, off = batch, batch_offset(batch) if align_clocks else 0
             ev = decode(raw)
+            if off:
+                ev = ev._replace(ts_ns=ev.ts_ns + off)
+                if ev.ph == DRIVER_CALL and ev.args and ev.args.get("t_dispatched"):
+                    ev = ev._replace(args=dict(ev.args, t_dispatched=int(ev.args["t_dispatched"]) + off))
             ph, cat, name, ts, dur, role, rank, stp, method, flow, args = ev
             pid, tid, rel = idx.roles[role], rank + 1, ts - idx.origin
             if ph == SLICE:
@@ -109,6 +165,9 @@ def export_spill(spill_dir: str, out_path: str, extra=None) -> dict:
                     a.setdefault("step", stp)
                 if method is not None:
                     a.setdefault("method", method)
+                if cat == "call" and (role, rank) in nodes:
+                    a.setdefault("node", nodes[(role, rank)][0])
+                    a.setdefault("ip", nodes[(role, rank)][1])
                 e = {"ph": "X", "pid": pid, "tid": tid, "cat": cat, "name": name, "ts": _us(rel),
                      "dur": _us(dur), "args": a}
                 if cat == "call" and flow is not None:
@@ -122,8 +181,12 @@ def export_spill(spill_dir: str, out_path: str, extra=None) -> dict:
                 put({"ph": "i", "s": "t", "pid": pid, "tid": tid, "cat": cat, "name": name, "ts": _us(rel),
                      "args": dict(args or {}, role=role, rank=rank, step=stp)})
         if extra is not None:
-            extra(put, lambda role, rank: (idx.roles[role], rank + 1) if rank in idx.ranks.get(role, ()) else None,
-                  idx.origin)
+            def locate(role, rank):
+                if rank not in idx.ranks.get(role, ()):
+                    return None
+                off = idx.procs.get(idx.rank_proc.get((role, rank)), {}).get("clock_offset_ns") if align_clocks else 0
+                return idx.roles[role], rank + 1, off or 0
+            extra(put, locate, idx.origin)
         total = 0
         for key, (dropped, t_sent) in sorted(idx.drops.items()):
             total += dropped
@@ -136,6 +199,13 @@ def export_spill(spill_dir: str, out_path: str, extra=None) -> dict:
                         "args": {"total": total}}) + "\n]\n")
         written += 1
     return {"events": idx.n, "written": written, "path": out_path}
+
+
+def _where(idx: _Index, role: str, rank: int) -> dict:
+    """The process behind role/rank's track: pid, host, node, clock ({} when no event named it)."""
+    p = idx.procs.get(idx.rank_proc.get((role, rank)), {})
+    return {k: p[k] for k in ("pid", "host", "node_id", "node_ip", "clock_offset_ns", "clock_uncertainty_ns")
+            if k in p}
 
 
 def _driver_call(put, ev, idx: _Index, flow_id) -> None:
