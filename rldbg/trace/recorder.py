@@ -114,8 +114,9 @@ class Shipper:
         atexit.register(self._at_exit)
 
     def _run(self) -> None:
-        self.clock.sync(self.collector, CONNECT_SAMPLES)   # a few ms: the first batch is corrected too
-        self.flush(block=False)   # say hello at once: stop() waits for every process it knows of
+        self._hello()   # at once: stop() waits for every process it knows of
+        self.clock.sync(self.collector, CONNECT_SAMPLES)   # before the first batch of events ships
+        self.flush(block=False)
         while not self._stop.wait(self.interval):
             if self.clock.due() and not self.gone:
                 self.clock.sync(self.collector)
@@ -125,6 +126,13 @@ class Shipper:
                     # The collector was stopped: go quiet so a later session can be found again.
                     self.on_gone()
                     return
+
+    def _hello(self) -> None:
+        with self._lock:
+            try:
+                self.inflight.append((self.collector.ingest.remote(self._meta(), []), 0))
+            except Exception:
+                self._set_gone()
 
     def _at_exit(self) -> None:
         if not self._stop.is_set():
