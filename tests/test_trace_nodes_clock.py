@@ -1,9 +1,10 @@
 """Nodes and one clock in the trace: every rank names its node, IP and pid (trace metadata,
 `rldbg report`), and a worker whose wall clock is off is put back on the collector's clock.
 
-The skew is injected honestly: the skewed actor replaces time.time_ns in its own process before
-rldbg starts there, so everything that process records AND its clock round trips see the wrong
-clock, as on a machine whose clock is off. Nothing in rldbg knows about it.
+The skew is injected honestly: the skewed actor replaces time.time_ns in its own process (and
+the reference rldbg.api bound to it at import) before it starts tracing, so everything that
+process records AND its clock round trips see the wrong clock, as on a machine whose clock is off.
+Nothing in rldbg knows about it.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import rldbg  # noqa: E402
 from rldbg import instrument as ri  # noqa: E402
 from rldbg.trace.export import export_spill  # noqa: E402
 from rldbg.trace.load import load_events, ts_ns  # noqa: E402
+from rldbg.trace.tp import stats_errors  # noqa: E402
 
 SKEW_NS = 250_000_000   # rank 1's clock runs 250 ms ahead: far more than a call lasts
 CALLS = 6
@@ -30,9 +32,11 @@ MS = 1_000_000
 @ray.remote(num_cpus=0)
 class Skewable:
     def __init__(self, role, rank, world, skew_ns=0, roles=None):
-        if skew_ns:
+        if skew_ns:   # this process's wall clock is off by skew_ns, wherever rldbg reads it
+            import rldbg.api
             real = time.time_ns
-            time.time_ns = lambda: real() + skew_ns   # this process's wall clock is off by skew_ns
+            time.time_ns = lambda: real() + skew_ns
+            rldbg.api._now = time.time_ns   # the span hot path bound time.time_ns at import
         self.role, self.rank = role, rank
         ri.set_worker_identity(role, rank, world, roles=roles)
 
@@ -41,7 +45,8 @@ class Skewable:
 
     def work(self, tag, role=None):
         with ri.worker_call(role or self.role, self.rank, "work", tag):
-            time.sleep(0.02)
+            with rldbg.span("inner"):
+                time.sleep(0.02)
         return self.rank
 
 
@@ -121,3 +126,4 @@ def test_skewed_worker_is_aligned_within_a_millisecond(run):
     assert aligned[0] <= MS and aligned[1] <= MS, aligned      # nested in the driver's call, within 1 ms
     assert raw[0] <= MS and raw[1] > SKEW_NS // 2, raw         # without the correction rank 1 is 250 ms off
     assert "clocks aligned to the collector's within" in _report(run["path"])
+    assert stats_errors(run["path"]) == []   # one shift per process: its spans stay nested for Perfetto

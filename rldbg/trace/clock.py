@@ -7,11 +7,12 @@ the shipper notes t3 on return. Then
     offset = ((t1 - t0) + (t2 - t3)) / 2       (add to a local time to get the collector's)
     rtt    = (t3 - t0) - (t2 - t1)
 and the true offset lies within offset ± rtt / 2 whatever the path's asymmetry, so the sample with
-the smallest round trip is the best one. A few samples at connect, then one every SYNC_S; the best
-of the last KEEP samples is current (a window, so a drifting clock is followed). Each batch carries
-the estimate current when it was sent; the exporter adds it to that batch's timestamps, so a
-process's clock may drift over a long run and each stretch is still corrected by its own estimate.
-The uncertainty (rtt / 2) each process's events were corrected with ends in the trace metadata.
+the smallest round trip is the best one. A few samples at connect, then one every SYNC_S; each
+batch carries the best of the last KEEP samples. The exporter shifts ALL of a process's events by
+the best estimate any of its batches carried: one shift per process keeps its spans nested (a
+per-batch shift would tear a span from its children recorded in another batch); the price is
+that a clock drifting during the run is not followed. That estimate's uncertainty (rtt / 2) per
+process ends in the trace metadata.
 """
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ the rank slice). Two passes over the spill so memory stays bounded by calls, not
 
 Nodes and clocks: each rank's thread_name metadata carries the process behind it (pid, host,
 node_id, node_ip, its clock offset and uncertainty) and its call slices carry node/ip; a process
-serving several roles appears under each. Every batch's timestamps are shifted by the clock offset
-its process had estimated when it sent them (rldbg.trace.clock): all times are the collector's
+serving several roles appears under each. All of a process's timestamps are shifted by its best
+clock offset estimate (rldbg.trace.clock; the batches carry them): all times are the collector's
 clock. The "rldbg trace start" instant's args hold the per-process estimates ("clock").
 """
 from __future__ import annotations
@@ -38,7 +38,8 @@ def _key(batch: dict) -> str:
 
 class _Index:
     """What pass 1 learns: tracks, rank slice ends per call, drops, the time origin, and which
-    process (node, clock) stands behind each role/rank."""
+    process (node, clock) stands behind each role/rank. Times are kept as recorded until
+    finish() knows each process's clock offset."""
 
     def __init__(self, meta: dict):
         self.origin = int(meta.get("origin_ns") or 0)
@@ -49,58 +50,69 @@ class _Index:
         self.drops: dict[str, list] = {}          # "host:pid" -> [dropped, t_sent]
         self.procs: dict[str, dict] = {}          # "host:pid" -> where it runs and its clock
         self.rank_proc: dict[tuple, str] = {}     # (role, rank) -> "host:pid"
+        self.first: dict[str, int] = {}           # "host:pid" -> its earliest timestamp
+        self.offsets: dict[str, int] = {}         # "host:pid" -> ns to add to its timestamps
         self.n = 0
 
-    def see_batch(self, batch: dict) -> int:
-        """Note the batch's process; returns the clock offset to apply to its events."""
-        off = batch_offset(batch)
-        if batch.get("host") == "collector" or not batch.get("events"):   # rldbg's own loss records
-            return off
-        p = self.procs.setdefault(_key(batch), {"pid": batch.get("pid"), "host": batch.get("host"),
-                                                "node_id": batch.get("node_id") or "",
-                                                "node_ip": batch.get("node_ip") or "",
-                                                "clock_offset_ns": None, "clock_uncertainty_ns": None,
-                                                "uncorrected_events": 0})
+    def see_batch(self, batch: dict) -> str:
+        """Note the batch's process and its clock estimate; returns the process key."""
+        key = _key(batch)
+        if batch.get("host") == "collector":   # rldbg's own loss records: on the collector's clock
+            return key
+        p = self.procs.setdefault(key, {"pid": batch.get("pid"), "host": batch.get("host"),
+                                        "node_id": batch.get("node_id") or "", "node_ip": batch.get("node_ip") or "",
+                                        "clock_offset_ns": None, "clock_uncertainty_ns": None})
         u = uncertainty(batch)
-        if u is None:
-            p["uncorrected_events"] += len(batch["events"])
-        else:
-            p["clock_offset_ns"] = off
-            p["clock_uncertainty_ns"] = max(p["clock_uncertainty_ns"] or 0, u)
-        return off
+        if u is not None and (p["clock_uncertainty_ns"] is None or u < p["clock_uncertainty_ns"]):
+            p["clock_offset_ns"], p["clock_uncertainty_ns"] = batch_offset(batch), u
+        return key
+
+    def see(self, key: str, raw: list) -> None:
+        ev = decode(raw)
+        ts, role, rank = ev.ts_ns, ev.role, ev.rank
+        if key in self.procs:
+            self.rank_proc[(role, rank)] = key
+        self.n += 1
+        if key not in self.first or ts < self.first[key]:
+            self.first[key] = ts
+        if role not in self.roles:
+            self.roles[role] = len(self.roles) + 1
+        self.ranks.setdefault(role, set()).add(rank)
+        if ev.ph == SLICE and ev.cat == "call" and ev.flow is not None:
+            self.rank_ends.setdefault(ev.flow, {})[(role, rank)] = (ts + ev.dur_ns, key)
+
+    def finish(self, align: bool) -> None:
+        """One offset per process, its best estimate (smallest round trip): the same shift for all
+        its events keeps its spans nested (a clock drifting during the run is not followed)."""
+        self.offsets = {k: (p["clock_offset_ns"] or 0) if align else 0 for k, p in self.procs.items()}
+        for key, ts in self.first.items():
+            ts += self.offsets.get(key, 0)
+            if self.origin == 0 or ts < self.origin:
+                self.origin = ts
+        for ends in self.rank_ends.values():
+            for rr, (end, key) in ends.items():
+                ends[rr] = end + self.offsets.get(key, 0)
+        for key, d in self.drops.items():
+            d[1] += self.offsets.get(key, 0)
 
     def clock(self) -> dict:
         """The trace metadata on clocks: reference, worst uncertainty, per-process estimates."""
         us = [p["clock_uncertainty_ns"] for p in self.procs.values() if p["clock_uncertainty_ns"] is not None]
         return {"reference": "the collector's wall clock", "max_uncertainty_ns": max(us) if us else None,
                 "processes": {k: {"node_id": p["node_id"], "offset_ns": p["clock_offset_ns"],
-                                  "uncertainty_ns": p["clock_uncertainty_ns"],
-                                  **({"uncorrected_events": p["uncorrected_events"]} if p["uncorrected_events"] else {})}
+                                  "uncertainty_ns": p["clock_uncertainty_ns"]}
                               for k, p in sorted(self.procs.items())}}
-
-    def see(self, batch: dict, raw: list, off: int = 0) -> None:
-        ev = decode(raw)
-        ts, role, rank = ev.ts_ns + off, ev.role, ev.rank
-        if batch.get("host") != "collector":
-            self.rank_proc[(role, rank)] = _key(batch)
-        self.n += 1
-        if self.origin == 0 or ts < self.origin:
-            self.origin = ts
-        if role not in self.roles:
-            self.roles[role] = len(self.roles) + 1
-        self.ranks.setdefault(role, set()).add(rank)
-        if ev.ph == SLICE and ev.cat == "call" and ev.flow is not None:
-            self.rank_ends.setdefault(ev.flow, {})[(role, rank)] = ts + ev.dur_ns
 
 
 def _index(spill_dir: str, align: bool = True) -> _Index:
     idx = _Index(read_meta(spill_dir))
     for batch in iter_batches(spill_dir):
-        off = idx.see_batch(batch) if align else 0
+        key = idx.see_batch(batch)
         for ev in batch.get("events", ()):
-            idx.see(batch, ev, off)
+            idx.see(key, ev)
         if batch.get("dropped"):
-            idx.drops[_key(batch)] = [batch["dropped"], batch.get("t_sent", 0) + off]
+            idx.drops[key] = [batch["dropped"], batch.get("t_sent", 0)]
+    idx.finish(align)
     return idx
 
 
@@ -149,7 +161,7 @@ def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool =
         last_batch, off = None, 0
         for batch, raw in iter_events(spill_dir):
             if batch is not last_batch:
-                last_batch, off = batch, batch_offset(batch) if align_clocks else 0
+                last_batch, off = batch, idx.offsets.get(_key(batch), 0)
             ev = decode(raw)
             if off:
                 ev = ev._replace(ts_ns=ev.ts_ns + off)
@@ -184,8 +196,7 @@ def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool =
             def locate(role, rank):
                 if rank not in idx.ranks.get(role, ()):
                     return None
-                off = idx.procs.get(idx.rank_proc.get((role, rank)), {}).get("clock_offset_ns") if align_clocks else 0
-                return idx.roles[role], rank + 1, off or 0
+                return idx.roles[role], rank + 1, idx.offsets.get(idx.rank_proc.get((role, rank)), 0)
             extra(put, locate, idx.origin)
         total = 0
         for key, (dropped, t_sent) in sorted(idx.drops.items()):
