@@ -223,6 +223,9 @@ def test_the_rldbg_top_binary_runs_in_a_terminal_and_quits_on_q(ray_cluster, tra
                           timeout=WAIT_S)
     assert once.returncode == 0, once.stderr
     assert "actor+reward[1]" in once.stdout and "gate: off" in once.stdout, once.stdout
+    row = next(ln for ln in once.stdout.splitlines() if "actor+reward[1]" in ln)
+    import ray
+    assert ray.get_runtime_context().get_node_id()[:8] in row, once.stdout   # the node column is filled
 
 
 def test_the_dashboard_going_away_shows_disconnected_retrying_and_recovers(ray_cluster, hub):

@@ -5,7 +5,8 @@
 profile_dir: the RLDBG_PROFILE dir (searched recursively for *.pt.trace.json[.gz]; traces
     without rldbg metadata, i.e. not written by torch_prof.profile_call, are skipped).
 put(event): writes one Chrome JSON event (the exporter's own writer).
-track(role, rank) -> (pid, tid) of that rank's call slices, or None to skip the trace.
+track(role, rank) -> (pid, tid) of that rank's call slices, or None to skip the trace; or
+    (pid, tid, clock_offset_ns) to shift the rank's operators onto the trace's one clock.
 origin_ns: the exporter's time origin; ts/dur are written as "µs.nnn" strings relative to it,
     like the exporter's own events.
 within=(lo_ns, hi_ns): optional, skip traces whose call window lies outside it (old runs).
@@ -157,8 +158,9 @@ def merge_torch_traces(profile_dir: str, put, track, origin_ns: int, within=None
         if where is None or (lo is not None and meta["t0_ns"] < lo) or (hi is not None and meta["t1_ns"] > hi):
             stats["skipped"] += 1
             continue
-        pid, tid = where
-        for ev in torch_trace_events(path, pid, tid, origin_ns, trace=trace):
+        # track may add the rank's clock offset (rldbg.trace.clock): its operators then move with its calls
+        pid, tid, *offset = where
+        for ev in torch_trace_events(path, pid, tid, origin_ns - (offset[0] if offset else 0), trace=trace):
             put(ev)
             stats["events"] += 1
         stats["traces"] += 1

@@ -45,6 +45,12 @@ class Collector:
     def config(self) -> dict:
         return self.meta
 
+    def clock(self) -> tuple:
+        """(receive, send) times on this clock: one round trip of a shipper's offset estimate
+        (rldbg.trace.clock). The collector's clock is the trace's one clock."""
+        t1 = time.time_ns()
+        return t1, time.time_ns()
+
     def ingest(self, meta: dict, events) -> int:
         """One batch: `events` is a list of event lists, or (what shippers send) the JSON array of
         them as bytes with the count in meta["n"], written to the spill as is."""
@@ -69,7 +75,7 @@ class Collector:
         p["last_seen_ns"] = time.time_ns()
         p["final"] = bool(meta.get("final"))
         p["pending"] = int(meta.get("pending") or 0)
-        for k in ("role", "rank"):
+        for k in ("role", "rank", "node_id", "node_ip", "clock_offset_ns", "clock_rtt_ns"):
             if meta.get(k) is not None:
                 p[k] = meta[k]
         if n:

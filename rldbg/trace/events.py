@@ -5,8 +5,8 @@ An event is a plain tuple (cheap to build, cheap to pickle, a JSON list in the s
 ph:     SLICE "X" (a span), INSTANT "i", COUNTER "C" (args = {series: number}),
         DRIVER_CALL "D" (one driver call, expanded into call/dispatch/send/wait/recv slices at export).
 cat:    "call" (a rank serving a driver call), "transition", "user", "step", "memory", "ledger", "rldbg".
-ts_ns:  time.time_ns() on the recording process: one wall clock for every process, made relative
-        to the trace origin only at export.
+ts_ns:  time.time_ns() on the recording process, its own wall clock: the exporter shifts it onto
+        the collector's (rldbg.trace.clock) and makes it relative to the trace origin.
 role, rank, step, method: who recorded it (rldbg.context); flow: the driver call's flow id
         that joins a rank's slice to the driver's send/recv; args: a small JSON-able dict.
 

@@ -7,6 +7,12 @@ integer ns relative to the origin, written as exact 3-decimal µs. Each driver c
 call > dispatch > send→rank i, call > wait > recv←rank i, and the flow for rank i runs
 send → the rank's slice → recv with flow v2 (one bind_id per call and rank, flow_in+flow_out on
 the rank slice). Two passes over the spill so memory stays bounded by calls, not events.
+
+Nodes and clocks: each rank's thread_name metadata carries the process behind it (pid, host,
+node_id, node_ip, its clock offset and uncertainty) and its call slices carry node/ip; a process
+serving several roles appears under each. All of a process's timestamps are shifted by its best
+clock offset estimate (rldbg.trace.clock; the batches carry them): all times are the collector's
+clock. The "rldbg trace start" instant's args hold the per-process estimates ("clock").
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import gzip
 import json
 import os
 
+from rldbg.trace.clock import batch_offset, uncertainty
 from rldbg.trace.events import COUNTER, DRIVER_CALL, INSTANT, SLICE, decode
 from rldbg.trace.spill import iter_batches, iter_events, read_meta
 
@@ -25,8 +32,14 @@ def _us(ns: int) -> str:
     return f"{q}.{r:03d}"
 
 
+def _key(batch: dict) -> str:
+    return f"{batch.get('host')}:{batch.get('pid')}"
+
+
 class _Index:
-    """What pass 1 learns: tracks, rank slice ends per call, drops, the time origin."""
+    """What pass 1 learns: tracks, rank slice ends per call, drops, the time origin, and which
+    process (node, clock) stands behind each role/rank. Times are kept as recorded until
+    finish() knows each process's clock offset."""
 
     def __init__(self, meta: dict):
         self.origin = int(meta.get("origin_ns") or 0)
@@ -35,29 +48,71 @@ class _Index:
         self.ranks: dict[str, set] = {"driver": {0}}
         self.rank_ends: dict[int, dict] = {}      # flow -> {(role, rank): ts_end}
         self.drops: dict[str, list] = {}          # "host:pid" -> [dropped, t_sent]
+        self.procs: dict[str, dict] = {}          # "host:pid" -> where it runs and its clock
+        self.rank_proc: dict[tuple, str] = {}     # (role, rank) -> "host:pid"
+        self.first: dict[str, int] = {}           # "host:pid" -> its earliest timestamp
+        self.offsets: dict[str, int] = {}         # "host:pid" -> ns to add to its timestamps
         self.n = 0
 
-    def see(self, batch: dict, raw: list) -> None:
+    def see_batch(self, batch: dict) -> str:
+        """Note the batch's process and its clock estimate; returns the process key."""
+        key = _key(batch)
+        if batch.get("host") == "collector":   # rldbg's own loss records: on the collector's clock
+            return key
+        p = self.procs.setdefault(key, {"pid": batch.get("pid"), "host": batch.get("host"),
+                                        "node_id": batch.get("node_id") or "", "node_ip": batch.get("node_ip") or "",
+                                        "clock_offset_ns": None, "clock_uncertainty_ns": None})
+        u = uncertainty(batch)
+        if u is not None and (p["clock_uncertainty_ns"] is None or u < p["clock_uncertainty_ns"]):
+            p["clock_offset_ns"], p["clock_uncertainty_ns"] = batch_offset(batch), u
+        return key
+
+    def see(self, key: str, raw: list) -> None:
         ev = decode(raw)
         ts, role, rank = ev.ts_ns, ev.role, ev.rank
+        if key in self.procs:
+            self.rank_proc[(role, rank)] = key
         self.n += 1
-        if self.origin == 0 or ts < self.origin:
-            self.origin = ts
+        if key not in self.first or ts < self.first[key]:
+            self.first[key] = ts
         if role not in self.roles:
             self.roles[role] = len(self.roles) + 1
         self.ranks.setdefault(role, set()).add(rank)
         if ev.ph == SLICE and ev.cat == "call" and ev.flow is not None:
-            self.rank_ends.setdefault(ev.flow, {})[(role, rank)] = ts + ev.dur_ns
+            self.rank_ends.setdefault(ev.flow, {})[(role, rank)] = (ts + ev.dur_ns, key)
+
+    def finish(self, align: bool) -> None:
+        """One offset per process, its best estimate (smallest round trip): the same shift for all
+        its events keeps its spans nested (a clock drifting during the run is not followed)."""
+        self.offsets = {k: (p["clock_offset_ns"] or 0) if align else 0 for k, p in self.procs.items()}
+        for key, ts in self.first.items():
+            ts += self.offsets.get(key, 0)
+            if self.origin == 0 or ts < self.origin:
+                self.origin = ts
+        for ends in self.rank_ends.values():
+            for rr, (end, key) in ends.items():
+                ends[rr] = end + self.offsets.get(key, 0)
+        for key, d in self.drops.items():
+            d[1] += self.offsets.get(key, 0)
+
+    def clock(self) -> dict:
+        """The trace metadata on clocks: reference, worst uncertainty, per-process estimates."""
+        us = [p["clock_uncertainty_ns"] for p in self.procs.values() if p["clock_uncertainty_ns"] is not None]
+        return {"reference": "the collector's wall clock", "max_uncertainty_ns": max(us) if us else None,
+                "processes": {k: {"node_id": p["node_id"], "offset_ns": p["clock_offset_ns"],
+                                  "uncertainty_ns": p["clock_uncertainty_ns"]}
+                              for k, p in sorted(self.procs.items())}}
 
 
-def _index(spill_dir: str) -> _Index:
+def _index(spill_dir: str, align: bool = True) -> _Index:
     idx = _Index(read_meta(spill_dir))
     for batch in iter_batches(spill_dir):
+        key = idx.see_batch(batch)
         for ev in batch.get("events", ()):
-            idx.see(batch, ev)
-        key = f"{batch.get('host')}:{batch.get('pid')}"
+            idx.see(key, ev)
         if batch.get("dropped"):
             idx.drops[key] = [batch["dropped"], batch.get("t_sent", 0)]
+    idx.finish(align)
     return idx
 
 
@@ -69,12 +124,14 @@ def _open(path: str):
     raise ValueError(f"output {path!r} must end in .json or .json.gz")
 
 
-def export_spill(spill_dir: str, out_path: str, extra=None) -> dict:
+def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool = True) -> dict:
     """Write the trace; returns {"events": n_in, "written": n_out, "path": out_path}.
+    align_clocks=False writes each process's own timestamps (to see what the correction did).
     `extra(put, locate, origin_ns)` may add events of its own before the trailer: put(event dict)
-    writes one, locate(role, rank) -> (pid, tid) or None places it on a rank's track. The
+    writes one, locate(role, rank) -> (pid, tid, clock offset ns to add to that rank's own
+    timestamps) or None places it on a rank's track. The
     exporter knows nothing of who adds them (rldbg.trace.session passes the torch.profiler merge)."""
-    idx = _index(spill_dir)
+    idx = _index(spill_dir, align_clocks)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)) or ".", exist_ok=True)
     flow_ids: dict = {}
     written = 0
@@ -90,15 +147,26 @@ def export_spill(spill_dir: str, out_path: str, extra=None) -> dict:
             put({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": role}})
             for rank in sorted(idx.ranks.get(role, ())):
                 tname = "driver" if role == "driver" else f"rank {rank}"
-                put({"ph": "M", "pid": pid, "tid": rank + 1, "name": "thread_name", "args": {"name": tname}})
+                put({"ph": "M", "pid": pid, "tid": rank + 1, "name": "thread_name",
+                     "args": dict(_where(idx, role, rank), name=tname)})
         put({"ph": "i", "s": "g", "pid": 1, "tid": 1, "name": "rldbg trace start", "ts": "0.000",
-             "args": {"origin_unix_ns": idx.origin, "job_id": idx.meta.get("job_id"), "format": "rldbg-1"}})
+             "args": {"origin_unix_ns": idx.origin, "job_id": idx.meta.get("job_id"), "format": "rldbg-1",
+                      "clock": dict(idx.clock(), aligned=align_clocks)}})
+        nodes = {rr: (p.get("node_id", "")[:8], p.get("node_ip", "")) for rr, p in
+                 ((rr, idx.procs.get(k, {})) for rr, k in idx.rank_proc.items())}
 
         def flow_id(flow, role, rank) -> int:
             return flow_ids.setdefault((flow, role, rank), len(flow_ids) + 1)
 
-        for _, raw in iter_events(spill_dir):
+        last_batch, off = None, 0
+        for batch, raw in iter_events(spill_dir):
+            if batch is not last_batch:
+                last_batch, off = batch, idx.offsets.get(_key(batch), 0)
             ev = decode(raw)
+            if off:
+                ev = ev._replace(ts_ns=ev.ts_ns + off)
+                if ev.ph == DRIVER_CALL and ev.args and ev.args.get("t_dispatched"):
+                    ev = ev._replace(args=dict(ev.args, t_dispatched=int(ev.args["t_dispatched"]) + off))
             ph, cat, name, ts, dur, role, rank, stp, method, flow, args = ev
             pid, tid, rel = idx.roles[role], rank + 1, ts - idx.origin
             if ph == SLICE:
@@ -109,6 +177,9 @@ def export_spill(spill_dir: str, out_path: str, extra=None) -> dict:
                     a.setdefault("step", stp)
                 if method is not None:
                     a.setdefault("method", method)
+                if cat == "call" and (role, rank) in nodes:
+                    a.setdefault("node", nodes[(role, rank)][0])
+                    a.setdefault("ip", nodes[(role, rank)][1])
                 e = {"ph": "X", "pid": pid, "tid": tid, "cat": cat, "name": name, "ts": _us(rel),
                      "dur": _us(dur), "args": a}
                 if cat == "call" and flow is not None:
@@ -122,8 +193,11 @@ def export_spill(spill_dir: str, out_path: str, extra=None) -> dict:
                 put({"ph": "i", "s": "t", "pid": pid, "tid": tid, "cat": cat, "name": name, "ts": _us(rel),
                      "args": dict(args or {}, role=role, rank=rank, step=stp)})
         if extra is not None:
-            extra(put, lambda role, rank: (idx.roles[role], rank + 1) if rank in idx.ranks.get(role, ()) else None,
-                  idx.origin)
+            def locate(role, rank):
+                if rank not in idx.ranks.get(role, ()):
+                    return None
+                return idx.roles[role], rank + 1, idx.offsets.get(idx.rank_proc.get((role, rank)), 0)
+            extra(put, locate, idx.origin)
         total = 0
         for key, (dropped, t_sent) in sorted(idx.drops.items()):
             total += dropped
@@ -136,6 +210,13 @@ def export_spill(spill_dir: str, out_path: str, extra=None) -> dict:
                         "args": {"total": total}}) + "\n]\n")
         written += 1
     return {"events": idx.n, "written": written, "path": out_path}
+
+
+def _where(idx: _Index, role: str, rank: int) -> dict:
+    """The process behind role/rank's track: pid, host, node, clock ({} when no event named it)."""
+    p = idx.procs.get(idx.rank_proc.get((role, rank)), {})
+    return {k: p[k] for k in ("pid", "host", "node_id", "node_ip", "clock_offset_ns", "clock_uncertainty_ns")
+            if k in p}
 
 
 def _driver_call(put, ev, idx: _Index, flow_id) -> None:

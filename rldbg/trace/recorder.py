@@ -9,6 +9,10 @@ and ships on the next round, so a burst up to the buffer's size is shipped, not 
 batch was in flight when the collector died, or the collector is gone; each cause is counted per
 process (`lost`) and travels, cumulative, with every batch that gets through, ending in the trace.
 
+Every batch also names where its process runs (pid, host, node_id, node_ip) and carries the
+current estimate of its clock's offset to the collector (rldbg.trace.clock, measured by this
+thread at connect and every few seconds; the exporter applies it, recording stays as cheap).
+
 Every round sends something (an empty batch when there is nothing to ship): the collector tells a
 process that died (no final batch, silent since) from one that is merely idle. A process exiting
 normally sends a last batch marked final (atexit).
@@ -22,6 +26,8 @@ import socket
 import threading
 import time
 from collections import deque
+
+from rldbg.trace.clock import CONNECT_SAMPLES, ClockSync
 
 MAX_INFLIGHT = 4
 BATCH = 20_000
@@ -91,14 +97,16 @@ class Shipper:
     relookup() -> handle|None finds the collector again after it died (the driver restarts it;
     workers look it up by name, same session only). on_gone() runs when it stays gone."""
 
-    def __init__(self, recorder: Recorder, collector, interval: float = 0.1, on_gone=None, relookup=None):
+    def __init__(self, recorder: Recorder, collector, interval: float = 0.1, on_gone=None, relookup=None,
+                 node: dict | None = None):
         self.rec, self.collector, self.interval = recorder, collector, interval
         self.on_gone, self.relookup = on_gone, relookup
         self.inflight: list = []          # [(ref, n_events)]
         self.gone = False
         self.gone_since = 0.0
         self._last_look = 0.0
-        self.meta = {"pid": os.getpid(), "host": socket.gethostname()}
+        self.meta = {"pid": os.getpid(), "host": socket.gethostname(), **(node or {})}
+        self.clock = ClockSync()
         self._stop = threading.Event()
         self._lock = threading.Lock()   # flusher vs. an explicit flush() from the recording thread
         self._thread = threading.Thread(target=self._run, name="rldbg-flusher", daemon=True)
@@ -106,14 +114,25 @@ class Shipper:
         atexit.register(self._at_exit)
 
     def _run(self) -> None:
-        self.flush(block=False)   # say hello at once: stop() waits for every process it knows of
+        self._hello()   # at once: stop() waits for every process it knows of
+        self.clock.sync(self.collector, CONNECT_SAMPLES)   # before the first batch of events ships
+        self.flush(block=False)
         while not self._stop.wait(self.interval):
+            if self.clock.due() and not self.gone:
+                self.clock.sync(self.collector)
             self.flush(block=False)
             if self.gone and time.monotonic() - self.gone_since > GIVE_UP_S:
                 if self.on_gone is not None:
                     # The collector was stopped: go quiet so a later session can be found again.
                     self.on_gone()
                     return
+
+    def _hello(self) -> None:
+        with self._lock:
+            try:
+                self.inflight.append((self.collector.ingest.remote(self._meta(), []), 0))
+            except Exception:
+                self._set_gone()
 
     def _at_exit(self) -> None:
         if not self._stop.is_set():
@@ -123,7 +142,7 @@ class Shipper:
     def _meta(self, final: bool = False) -> dict:
         lost = self.rec.losses()
         # pending: what is still buffered here; stop() waits for it to reach 0 and counts the rest.
-        return dict(self.meta, **_identity(), dropped=sum(lost.values()), lost=lost, t_sent=time.time_ns(),
+        return dict(self.meta, **_identity(), **self.clock.meta(), dropped=sum(lost.values()), lost=lost, t_sent=time.time_ns(),
                     final=final, pending=len(self.rec.buf))
 
     def _reap(self, timeout: float, want: int = 0) -> None:
@@ -170,6 +189,7 @@ class Shipper:
             self.gone_since = -GIVE_UP_S   # a later trace session: stop at once, it is not ours
         elif handle is not None:
             self.collector, self.gone, self.inflight = handle, False, []
+            self.clock.reset()   # resampled on the flusher's next round
 
     def flush(self, block: bool = False, timeout: float = 10.0, final: bool = False) -> None:
         deadline = time.monotonic() + timeout

@@ -197,11 +197,38 @@ def leaks(t: Trace) -> list:
     return leak_suspicions(cycles)
 
 
+def ranks(events: list[dict]) -> list:
+    """Who ran where: [{role, rank, node, ip, pid}] from the rank tracks' metadata (export.py);
+    a colocated process appears once per role it served. Empty for a trace that predates it."""
+    names = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name" and "args" in e}
+    out = []
+    for e in events:
+        a = e.get("args") or {}
+        if e.get("ph") == "M" and e.get("name") == "thread_name" and "node_id" in a and e.get("pid") in names:
+            role = names[e["pid"]]
+            out.append({"role": role, "rank": 0 if role == "driver" else int(e.get("tid", 1)) - 1,
+                        "node": a.get("node_id") or "", "ip": a.get("node_ip") or "", "pid": a.get("pid")})
+    return sorted(out, key=lambda r: (r["role"] != "driver", r["role"], r["rank"]))
+
+
+def clock(events: list[dict]) -> dict | None:
+    """The trace's clock alignment (export.py): max uncertainty and per-process offsets, or None."""
+    for e in events:
+        if e.get("name") == "rldbg trace start":
+            c = (e.get("args") or {}).get("clock")
+            if isinstance(c, dict):
+                return {"aligned": c.get("aligned", True), "max_uncertainty_ns": c.get("max_uncertainty_ns"),
+                        "processes": c.get("processes") or {}}
+    return None
+
+
 def analyse(path: str) -> dict:
     events = load_events(path)
     t = Trace(events)
-    return {"trace": path, "time": role_shares(t), **stragglers(t), "controller": controller_idle(t),
-            "memory_peaks": memory_peaks(t), "leaks": leaks(t), "nonfinite": sentinel.alarms(events)}
+    return {"trace": path, "ranks": ranks(events), "clock": clock(events), "time": role_shares(t), **stragglers(t),
+            "controller": controller_idle(t), "memory_peaks": memory_peaks(t), "leaks": leaks(t),
+            "nonfinite": sentinel.alarms(events)}
 
 
 def _mib(b) -> str:
@@ -210,7 +237,16 @@ def _mib(b) -> str:
 
 def render(r: dict) -> str:
     lines = [f"rldbg report: {r['trace']}",
-             f"step time {r['time']['step_time_s']:.3f} s over {r['time']['steps']} step(s)", "", "time per role:"]
+             f"step time {r['time']['step_time_s']:.3f} s over {r['time']['steps']} step(s)"]
+    if r.get("ranks"):
+        lines += ["", "ranks:"]
+        lines += [f"  {x['role']:<16} rank {x['rank']:<3} node {x['node'][:8] or '?':<8}  {x['ip'] or '?':<15} "
+                  f"pid {x['pid']}" for x in r["ranks"]]
+    c = r.get("clock")
+    if c and c.get("max_uncertainty_ns") is not None:
+        lines.append(f"  clocks aligned to the collector's within {c['max_uncertainty_ns'] / 1e6:.3f} ms"
+                     if c.get("aligned") else "  clocks NOT aligned (exported with each process's own clock)")
+    lines += ["", "time per role:"]
     for role, v in r["time"]["roles"].items():
         lines.append(f"  {role:<16} {v['share'] * 100:5.1f}%  ({v['busy_s']:.3f} s busy)")
     c = r["controller"]

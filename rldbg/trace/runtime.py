@@ -48,10 +48,23 @@ def attach(collector, config: dict, is_driver: bool = False, relookup=None) -> N
         STATE.recorder = Recorder(int(config.get("buffer_events", 1 << 20)))
         STATE.shipper = Shipper(STATE.recorder, collector, float(config.get("flush_interval", 0.1)),
                                 on_gone=None if is_driver else _collector_gone,
-                                relookup=relookup or (lambda: _same_session(config)))
+                                relookup=relookup or (lambda: _same_session(config)), node=_node())
         STATE.config, STATE.is_driver = config, is_driver
         STATE.sampler = start_sampler(float(config.get("memory_hz", 0.0)), emit)
         STATE.on = True
+
+
+def _node() -> dict:
+    """Where this process runs: the node its worker identity names, else Ray's view of it."""
+    from rldbg.context import identity
+    ident = identity()
+    if ident.node_id:
+        return {"node_id": ident.node_id, "node_ip": ident.node_ip}
+    try:
+        import ray
+        return {"node_id": ray.get_runtime_context().get_node_id() or "", "node_ip": ray.util.get_node_ip_address()}
+    except Exception:
+        return {}
 
 
 def detach(flush: bool = True) -> None:

@@ -2,7 +2,8 @@
 
 A spill directory holds `meta.json` (origin, job, config) and `events-<n>.jsonl`, one batch per
 line: {"pid", "host", "dropped", "lost", "events": [[ph, cat, name, ts, dur, role, rank, step,
-method, flow, args], ...]}. A new trace starts a fresh spill (old event files are removed, never
+method, flow, args], ...]}, plus where the process runs ("node_id", "node_ip") and its clock
+estimate when it sent the batch ("clock_offset_ns", "clock_rtt_ns": rldbg.trace.clock). A new trace starts a fresh spill (old event files are removed, never
 appended to); a collector restarted after it died resumes with the next file.
 
 Reading is damage-tolerant: a torn line, garbage, invalid UTF-8 or a malformed event is skipped

@@ -227,7 +227,7 @@ def role_rows(actors: list[dict], store: EventStore, state: dict | None, gpu_by_
                 st += sentinel.state_suffix(store.alarms[(role, rank)])
             rows.append(RoleRow(f"{a.get('actor_id', '')}:{role}", roles + f"[{rank}]", role, rank, st,
                                 method or "-", "-" if step is None else str(step), pid,
-                                (a.get("node_id") or (a.get("address") or {}).get("node_id") or "-")[:8],
+                                (a.get("node_id") or (a.get("address") or {}).get("node_id") or ident.node_id or "-")[:8],
                                 None if dead else newest_rss, None if dead else gpu_by_pid.get(pid)))
     return rows
 

@@ -1,0 +1,57 @@
+"""On a real 2-node cluster (tests/cluster_host.py), a traced run's report names each rank's node:
+rank 0 on the head, rank 1 on the other node, as Ray placed them."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    if (Path.home() / ".ray" / "auth_token").exists() or os.environ.get("RAY_AUTH_TOKEN"):
+        env["RAY_AUTH_MODE"] = "token"   # clusters on this machine use Ray 2.60's token auth
+    return dict(env, **extra)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    proc = subprocess.Popen([sys.executable, str(HERE / "cluster_host.py"), "2"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        yield json.loads(proc.stdout.readline())
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_report_lists_the_two_ranks_on_their_two_nodes(cluster, tmp_path):
+    path = str(tmp_path / "trace.json")
+    run = subprocess.run([sys.executable, str(HERE / "two_node_driver.py"), path], capture_output=True, text=True,
+                         timeout=240, env=_env(RAY_ADDRESS=cluster["address"]))
+    assert run.returncode == 0, run.stderr[-3000:]
+    where = json.loads(run.stdout.strip().splitlines()[-1])
+    head = next(n["node_id"] for n in cluster["nodes"] if n["head"])
+    other = next(n["node_id"] for n in cluster["nodes"] if not n["head"])
+    assert where["0"][1] == head and where["1"][1] == other, (where, cluster["nodes"])
+
+    r = subprocess.run([sys.executable, "-m", "rldbg", "report", "--json", path], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    ranks = {(x["role"], x["rank"]): x for x in json.loads(r.stdout)["ranks"]}
+    assert (ranks[("actor", 0)]["node"], ranks[("actor", 0)]["pid"]) == (head, where["0"][0])
+    assert (ranks[("actor", 1)]["node"], ranks[("actor", 1)]["pid"]) == (other, where["1"][0])
+    assert ranks[("driver", 0)]["node"] == head
+    text = subprocess.run([sys.executable, "-m", "rldbg", "report", path], capture_output=True, text=True,
+                          timeout=120).stdout
+    assert f"rank 0   node {head[:8]}" in text and f"rank 1   node {other[:8]}" in text, text
