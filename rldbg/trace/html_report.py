@@ -31,7 +31,7 @@ def _style():
 def _chart(cls, title: str, **kw):
     # js=() drops pygal's default <script> from a CDN: the page must not need the network.
     opts = dict(style=_style(), js=(), disable_xml_declaration=True, width=900, height=360, explicit_size=True,
-                legend_at_bottom=True, truncate_legend=40, print_values=False)
+                legend_at_bottom=True, truncate_legend=40, truncate_label=-1, print_values=False)
     return cls(title=title, **{**opts, **kw})
 
 
