@@ -32,3 +32,33 @@ def ray_cluster():
         yield DASHBOARD_URL
     finally:
         ray.shutdown()
+
+
+def ray_cli_env(**extra) -> dict:
+    """The environment of a user's shell talking to a cluster on this machine: no RAY_ADDRESS of
+    the session, and Ray 2.60's token auth mode when this machine's clusters use a token."""
+    from pathlib import Path
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    if (Path.home() / ".ray" / "auth_token").exists() or os.environ.get("RAY_AUTH_TOKEN"):
+        env["RAY_AUTH_MODE"] = "token"
+    return dict(env, **extra)
+
+
+@pytest.fixture(scope="session")
+def two_nodes():
+    """A real 2-node cluster beside the session's, held by tests/cluster_host.py (its own ports) and
+    shared by the multi-node tests: {"address", "dashboard", "nodes": [{"node_id", "head"}]}."""
+    import json
+    import subprocess
+    proc = subprocess.Popen([sys.executable, os.path.join(TESTS, "cluster_host.py"), "2"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=ray_cli_env())
+    try:
+        yield json.loads(proc.stdout.readline())
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+

@@ -2,7 +2,7 @@
 `ray job submit --working-dir . -- python -m reference_trainer ...` against a `ray start`-style head,
 `rldbg top --once` finding the job's hub from another process, and `ray job stop` ending it cleanly
 with the trace exported. The cluster is held by tests/cluster_host.py (its own ports, shut down
-when this module ends)."""
+when the session ends; the multi-node tests share it)."""
 from __future__ import annotations
 
 import json
@@ -13,39 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ray_cli_env
 from polling import until
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "cluster_host.py"), "2"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        info = json.loads(proc.stdout.readline())
-        yield info
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _ray_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    if (Path.home() / ".ray" / "auth_token").exists() or os.environ.get("RAY_AUTH_TOKEN"):
-        env["RAY_AUTH_MODE"] = "token"   # clusters on this machine use Ray 2.60's token auth
-    return env
-
-
 def _ray_job(cluster, *args, timeout=120):
     ray_cli = str(Path(sys.executable).with_name("ray"))
     return subprocess.run([ray_cli, "job", args[0], "--address", cluster["dashboard"], *args[1:]], capture_output=True,
-                          text=True, timeout=timeout, env=_ray_env(), cwd=REPO)
+                          text=True, timeout=timeout, env=ray_cli_env(), cwd=REPO)
 
 
 def _status(cluster, sub_id) -> str:
@@ -54,7 +31,8 @@ def _status(cluster, sub_id) -> str:
 
 
 @pytest.mark.slow
-def test_job_submit_top_and_stop_exports_the_trace(cluster, tmp_path):
+def test_job_submit_top_and_stop_exports_the_trace(two_nodes, tmp_path):
+    cluster = two_nodes
     run = tmp_path / "jobrun"
     sub_id = f"rldbg-test-{os.getpid()}"
     # Ray SIGKILLs a stopped job's entrypoint 3 s after SIGTERM by default; exporting the trace on a
@@ -75,7 +53,7 @@ def test_job_submit_top_and_stop_exports_the_trace(cluster, tmp_path):
 
         # A second process finds the job's hub through the cluster's dashboard.
         top = subprocess.run([sys.executable, "-m", "rldbg", "top", "--once", "--address", cluster["dashboard"]],
-                             capture_output=True, text=True, timeout=120, env=_ray_env())
+                             capture_output=True, text=True, timeout=120, env=ray_cli_env())
         assert top.returncode == 0, top.stdout[-2000:] + top.stderr[-2000:]
         assert "actor" in top.stdout and "reward" in top.stdout, top.stdout
 

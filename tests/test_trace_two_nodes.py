@@ -8,37 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from conftest import ray_cli_env
 
 HERE = Path(__file__).parent
 
 
-def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    if (Path.home() / ".ray" / "auth_token").exists() or os.environ.get("RAY_AUTH_TOKEN"):
-        env["RAY_AUTH_MODE"] = "token"   # clusters on this machine use Ray 2.60's token auth
-    return dict(env, **extra)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    proc = subprocess.Popen([sys.executable, str(HERE / "cluster_host.py"), "2"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=_env())
-    try:
-        yield json.loads(proc.stdout.readline())
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def test_report_lists_the_two_ranks_on_their_two_nodes(cluster, tmp_path):
+def test_report_lists_the_two_ranks_on_their_two_nodes(two_nodes, tmp_path):
+    cluster = two_nodes
     path = str(tmp_path / "trace.json")
     run = subprocess.run([sys.executable, str(HERE / "two_node_driver.py"), path], capture_output=True, text=True,
-                         timeout=240, env=_env(RAY_ADDRESS=cluster["address"]))
+                         timeout=240, env=ray_cli_env(RAY_ADDRESS=cluster["address"]))
     assert run.returncode == 0, run.stderr[-3000:]
     where = json.loads(run.stdout.strip().splitlines()[-1])
     head = next(n["node_id"] for n in cluster["nodes"] if n["head"])
