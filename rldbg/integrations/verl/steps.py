@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 from rldbg import instrument
+from rldbg.trace import runtime as _rt
 
 _lock = threading.Lock()
 
@@ -23,6 +24,7 @@ class _Steps:
         self._first: dict = {}
         self._count: dict = {}
         self._anchor = None
+        self._session = None
 
     def start(self, n: int) -> None:
         with _lock:
@@ -45,6 +47,7 @@ class _Steps:
 
     def on_call(self, role: str, method: str):
         """The step a driver call belongs to (starting a new one when the loop comes round)."""
+        self._sync_session()
         if self.from_trainer:
             return self.current
         key = (role, method)
@@ -56,7 +59,18 @@ class _Steps:
             self.start(n)
         return self.current
 
+    def _sync_session(self) -> None:
+        session = id(_rt.STATE.recorder) if _rt.STATE.on else None
+        if session != self._session:
+            # A new trace (or none): steps are learnt again, not carried over from an earlier
+            # program in this process, whose call order says nothing about this one.
+            with _lock:
+                self._close()
+                self.__init__()
+                self._session = session
+
     def set_trainer_step(self, value) -> None:
+        self._sync_session()
         if isinstance(value, int) and not isinstance(value, bool) and value != self.current:
             self.from_trainer = True
             self.start(value)
