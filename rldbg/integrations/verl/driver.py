@@ -177,6 +177,7 @@ class _Pending:
     def __init__(self, call, refs):
         self.call, self.refs, self.closed = call, refs, False
         self.lock = threading.Lock()
+        self.finished = threading.Event()   # the call's end is recorded
 
     def close(self) -> None:
         import ray
@@ -186,11 +187,14 @@ class _Pending:
                 return
             self.closed = True
         try:
-            ray.get(self.refs, timeout=0)
-        except Exception as exc:
-            instrument.call_failed(self.call, exc)
-            return
-        instrument.call_collected(self.call, None)
+            try:
+                ray.get(self.refs, timeout=0)
+            except Exception as exc:
+                instrument.call_failed(self.call, exc)
+                return
+            instrument.call_collected(self.call, None)
+        finally:
+            self.finished.set()
 
 
 _pending: list = []
@@ -239,6 +243,9 @@ def _drain() -> None:
 
     for entry in list(_pending):
         if entry.closed:
+            # The background closer took it: let it record the end before this next call begins,
+            # or the two calls overlap on the driver's track (Perfetto drops one of them).
+            entry.finished.wait(timeout=2.0)
             _pending.remove(entry)
             continue
         ready, _ = ray.wait(entry.refs, num_returns=len(entry.refs), timeout=0, fetch_local=False)
