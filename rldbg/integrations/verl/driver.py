@@ -250,7 +250,8 @@ def _drain() -> None:
             continue
         ready, _ = ray.wait(entry.refs, num_returns=len(entry.refs), timeout=0, fetch_local=False)
         if len(ready) == len(entry.refs):
-            entry.close()
+            entry.close()                      # returns at once if the background closer won the race:
+            entry.finished.wait(timeout=2.0)   # then wait for it to record the end, as above
             _pending.remove(entry)
 
 
