@@ -23,14 +23,6 @@ _CTX = current()      # one object per process, mutated in place: bind it once
 _now = time.time_ns
 
 
-def _buffer():
-    """The recorder's buffer, or None when tracing is off here (looks up the collector once)."""
-    rec = _STATE.recorder
-    if rec is None and not _STATE.looked_up and _rt.lookup():
-        rec = _STATE.recorder
-    return rec
-
-
 def _on() -> bool:
     if _STATE.on:
         return True
@@ -77,53 +69,78 @@ class _Span:
 
 
 class _OffSpan(_Span):
-    """Returned while tracing is off: entering costs nothing; as a decorator it still builds a
-    real span per call, so functions decorated before tracing started are traced later."""
+    """Returned while tracing is off. Entering and leaving are C no-ops: a bound builtin method is
+    not a descriptor, so the with-statement calls "".format() with its own arguments only, which
+    returns "" (falsy: exceptions propagate; `as` binds "" while off) without a Python frame. As a
+    decorator it still builds a real span per call, so functions decorated before tracing started
+    are traced later."""
 
     __slots__ = ()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, et, ev, tb):
-        return False
+    __enter__ = __exit__ = "".format
 
 
-def span(name: str, **args) -> _Span:
-    """A slice named `name` with `args` on the current role/rank's track: `with rldbg.span(...)`
-    or `@rldbg.span(...)`. Raises ValueError for an empty or non-string name."""
+# One reusable off-span per name (spans without args): while tracing is off, `with span("x")`
+# allocates nothing. Bounded, in case a program builds names on the fly.
+_OFF: dict = {}
+_OFF_MAX = 4096
+
+
+def _check_name(name) -> None:
     if not isinstance(name, str) or not name:
         raise ValueError(f"span name must be a non-empty string, got {name!r}")
-    if not _STATE.on and _STATE.looked_up:
-        return _OffSpan(name, args)
-    return _Span(name, args)
+
+
+def span(name: str, /, **args) -> _Span:
+    """A slice named `name` with `args` on the current role/rank's track: `with rldbg.span(...)`
+    or `@rldbg.span(...)`. Raises ValueError for an empty or non-string name."""
+    if _STATE.on or not _STATE.looked_up:
+        _check_name(name)
+        return _Span(name, args)
+    if not args:
+        try:
+            off = _OFF.get(name)
+        except TypeError:   # unhashable: not a name; _check_name says so
+            off = None
+        if off is not None:
+            return off
+    _check_name(name)
+    off = _OffSpan(name, args)
+    if not args and len(_OFF) < _OFF_MAX:
+        _OFF[name] = off
+    return off
 
 
 def instant(name: str, **args) -> None:
     """A point event named `name` with `args` on the current role/rank's track."""
-    rec = _STATE.recorder or _buffer()
-    if rec is not None:
-        c = _CTX
-        buf = rec.buf
-        if len(buf) < rec.capacity:
-            buf.append(_instant("user", name, _now(), c.role, c.rank, c.step, c.method, args))
-        else:
-            rec.dropped += 1
+    rec = _STATE.recorder
+    if rec is None:
+        if _STATE.looked_up or not _rt.lookup():
+            return
+        rec = _STATE.recorder
+    c = _CTX
+    buf = rec.buf
+    if len(buf) < rec.capacity:
+        buf.append(_instant("user", name, _now(), c.role, c.rank, c.step, c.method, args))
+    else:
+        rec.dropped += 1
 
 
 def counter(name: str, **values) -> None:
     """One sample of numeric series `values` on the counter track "rank N <name> <series>"."""
-    rec = _STATE.recorder or _buffer()
-    if rec is not None:
-        for k, v in values.items():
-            if not isinstance(v, (int, float)):
-                raise ValueError(f"counter {name!r}: values must be numbers, got {k}={v!r}")
-        c = _CTX
-        buf = rec.buf
-        if len(buf) < rec.capacity:
-            buf.append(_counter("user", name, _now(), c.role, c.rank, c.step, c.method, values))
-        else:
-            rec.dropped += 1
+    rec = _STATE.recorder
+    if rec is None:
+        if _STATE.looked_up or not _rt.lookup():
+            return
+        rec = _STATE.recorder
+    for k, v in values.items():
+        if not isinstance(v, (int, float)):
+            raise ValueError(f"counter {name!r}: values must be numbers, got {k}={v!r}")
+    c = _CTX
+    buf = rec.buf
+    if len(buf) < rec.capacity:
+        buf.append(_counter("user", name, _now(), c.role, c.rank, c.step, c.method, values))
+    else:
+        rec.dropped += 1
 
 
 def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001

@@ -38,17 +38,21 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
+from rldbg import switches
 from rldbg.context import WorkerIdentity, current, set_worker
 from rldbg.control import gate as _gate
 from rldbg.memory.probes import sample as _mem_sample
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
 from rldbg.profilers.torch_prof import profile_call as _profile_call
 from rldbg.sentinel import CallScope as _CallScope
+from rldbg.switches import env as _env
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import (FREES, LOADS, driver_call_event, instant_event, ledger_event, memory_event,
                                 slice_event, transition_event)
 
 _flow_ids = itertools.count(1)
+_now = time.time_ns
+_monotonic = time.monotonic
 _CTX = current()      # one object per process, mutated in place
 
 
@@ -231,48 +235,67 @@ def _ray_node() -> tuple[str, str]:
     return "", ""
 
 
-@contextlib.contextmanager
-def worker_call(role: str, rank: int, method: str, tag: CallTag | None):
-    """`with worker_call(...)`: this rank serves `method` for the driver call `tag` (None for an
-    untagged call): one span on role/rank's track joined to the driver's send/recv, memory before
-    and after; user spans and breakpoints inside see role/rank/step/method. Yields an
-    rldbg.sentinel.CallScope: pass it the call's result (.returned) or error (.raised)."""
-    ctx = current()
-    prev = (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id)
-    ctx.role, ctx.rank, ctx.method = role, rank, method
-    if tag is not None:
-        ctx.step, ctx.flow_id = tag.step, tag.flow_id
-        if tag.specs and tag.specs[0] != _specs_seen[0]:
-            _apply_live_specs(tag.specs)
-    if not _rt.STATE.on:
-        # Tracing may have started after this actor did: the tag says so, else a slow re-check.
-        _rt.lookup(session=tag.traced) if tag is not None and tag.traced else _rt.lookup()
-    if not _rt.STATE.on:
+class worker_call(_CallScope):  # noqa: N801 - used as a function: `with worker_call(...) as scope:`
+    """`with worker_call(role, rank, method, tag) as scope:` this rank serves `method` for the driver
+    call `tag` (None for an untagged call): one span on role/rank's track joined to the driver's
+    send/recv, memory before and after; user spans and breakpoints inside see role/rank/step/method.
+    `scope` is an rldbg.sentinel.CallScope: pass it the call's result (.returned) or error (.raised).
+
+    A class rather than a generator-based context manager because every registered call passes
+    through it: with tracing off it costs a few attribute stores and flag checks
+    (bench/bench_trace.py measures it)."""
+
+    __slots__ = ("tag", "prev", "t0", "m0", "prof")
+
+    def __init__(self, role: str, rank: int, method: str, tag: CallTag | None):
+        self.role, self.rank, self.method, self.tag = role, rank, method, tag
+
+    def __enter__(self):
+        ctx, tag, st = _CTX, self.tag, _rt.STATE
+        self.prev = (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id)
+        ctx.role, ctx.rank, ctx.method = self.role, self.rank, self.method
+        if tag is not None:
+            ctx.step, ctx.flow_id = tag.step, tag.flow_id
+            if tag.specs and tag.specs[0] != _specs_seen[0]:
+                _apply_live_specs(tag.specs)
+            if not st.on and tag.traced:
+                _rt.lookup(session=tag.traced)   # tracing started after this actor did
+        elif not st.on and _monotonic() - st.last_lookup >= _rt.RECHECK_S:
+            _rt.lookup()                         # untagged: a slow re-check
+        self.step = ctx.step
+        self.prof = None
+        if _env(switches.PROFILE) is not None:   # torch.profiler selected for some calls
+            self.prof = _profile_call(self.role, self.rank, self.method, ctx.step)
+            self.prof.__enter__()                # operator slices nest in this call's span
+        if st.on:
+            self.m0 = _mem_sample()
+            self.t0 = _now()
+            _rt.emit(memory_event(self.t0, self.role, self.rank, self.step, self.method, self.m0))
+        else:
+            self.t0 = 0
+        return self
+
+    def __exit__(self, et, ev, tb):
         try:
-            with _profile_call(role, rank, method, ctx.step):
-                yield _CallScope(role, rank, method, ctx.step)
+            if self.prof is not None:
+                self.prof.__exit__(et, ev, tb)
+            if self.t0 and _rt.STATE.on:
+                t1 = _now()
+                m1 = _mem_sample()
+                tag = self.tag
+                flow = tag.flow_id if tag is not None else None
+                args = {"role": self.role, "rank": self.rank, "step": self.step, "method": self.method,
+                        "flow": flow, "group": tag.group if tag is not None else None,
+                        "mem_before": _mem_value(self.m0), "mem_after": _mem_value(m1)}
+                if et is not None:
+                    args["status"] = f"error: {et.__name__}"
+                _rt.emit(slice_event("call", self.method, self.t0, t1 - self.t0, self.role, self.rank, self.step,
+                                     self.method, flow, args))
+                _rt.emit(memory_event(t1, self.role, self.rank, self.step, self.method, m1))
         finally:
-            ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = prev
-        return
-    flow = tag.flow_id if tag is not None else None
-    args = {"role": role, "rank": rank, "step": ctx.step, "method": method, "flow": flow,
-            "group": tag.group if tag is not None else None}
-    m0 = _mem_sample()
-    t0 = time.time_ns()
-    _rt.emit(memory_event(t0, role, rank, ctx.step, method, m0))
-    try:
-        with _profile_call(role, rank, method, ctx.step):  # operator slices nest in this span
-            yield _CallScope(role, rank, method, ctx.step)
-    except BaseException as e:
-        args["status"] = f"error: {type(e).__name__}"
-        raise
-    finally:
-        t1 = time.time_ns()
-        m1 = _mem_sample()
-        args["mem_before"], args["mem_after"] = _mem_value(m0), _mem_value(m1)
-        _rt.emit(slice_event("call", method, t0, t1 - t0, role, rank, ctx.step, method, flow, args))
-        _rt.emit(memory_event(t1, role, rank, ctx.step, method, m1))
-        ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = prev
+            ctx = _CTX
+            ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = self.prev
+        return False
 
 
 _specs_seen = [0]
@@ -363,9 +386,7 @@ def method_entry(role: str, rank: int, method: str, tag: CallTag | None) -> None
 def post_mortem_guard():
     """`with post_mortem_guard(): method(...)`: with RLDBG_POST_MORTEM=1 an escaping
     exception pauses the worker at the raising frame for a debugger, then propagates."""
-    import os
-
-    if os.environ.get("RLDBG_POST_MORTEM") != "1":
+    if _env(switches.POST_MORTEM) != "1":
         return contextlib.nullcontext()
     from rldbg.debug.breakpoints import post_mortem_guard as guard
 
@@ -373,9 +394,7 @@ def post_mortem_guard():
 
 
 def _debug_switches() -> bool:
-    import os
-
-    if os.environ.get("RLDBG_BREAKPOINTS") or _specs_seen[0]:
+    if _specs_seen[0] or _env(switches.BREAKPOINTS):
         return True
     import sys
 

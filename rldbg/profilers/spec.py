@@ -8,9 +8,10 @@ their environment. Empty roles/ranks/steps/methods mean "all"; dir is required.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
+
+from rldbg.switches import env as _env   # read on every worker call: cheap when unset
 
 ENV = "RLDBG_PROFILE"
 KEYS = ("roles", "ranks", "steps", "methods", "dir", "run")
@@ -116,7 +117,7 @@ _cache: dict = {"text": None, "spec": None}
 
 def from_env() -> ProfileSpec | None:
     """The spec in RLDBG_PROFILE, parsed once per distinct value; None when unset."""
-    text = os.environ.get(ENV)
+    text = _env(ENV)
     if text != _cache["text"]:
         _cache["spec"] = parse(text) if text and text.strip() else None
         _cache["text"] = text

@@ -1,0 +1,83 @@
+"""The hot-path hooks (rldbg.span/instant/counter, instrument.worker_call) keep their meaning after
+being made cheap: off-spans are shared per name but still propagate errors and still decorate;
+worker_call labels the code inside and restores the context after, on and off, also on error."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import rldbg
+from rldbg import instrument as ri
+from rldbg.context import current
+from rldbg.trace import runtime
+from rldbg.trace.events import decode
+from rldbg.trace.recorder import Recorder
+
+
+@pytest.fixture
+def tracing_state():
+    """Tracing off, as in a process that looked for a collector and found none; yields a function
+    that turns recording on into a real in-process Recorder (nothing shipped)."""
+    st = runtime.STATE
+    saved = (st.on, st.looked_up, st.recorder, st.last_lookup)
+    st.on, st.looked_up, st.recorder, st.last_lookup = False, True, None, time.monotonic()
+
+    def turn_on() -> Recorder:
+        st.recorder, st.on = Recorder(capacity=1000), True
+        return st.recorder
+
+    yield turn_on
+    st.on, st.looked_up, st.recorder, st.last_lookup = saved
+
+
+def test_off_spans_propagate_errors_and_reject_bad_names(tracing_state):
+    with pytest.raises(KeyError):
+        with rldbg.span("x"):
+            raise KeyError("boom")
+    assert rldbg.span("x") is rldbg.span("x")          # shared while off: nothing allocated
+    assert rldbg.span("x", n=1) is not rldbg.span("x", n=1)
+    for bad in ("", None, ["x"], 3):
+        with pytest.raises(ValueError, match="span name must be a non-empty string"):
+            rldbg.span(bad)
+    with pytest.raises(ValueError, match="counter 'c': values must be numbers"):
+        tracing_state()
+        rldbg.counter("c", v="high")
+
+
+def test_a_function_decorated_while_off_is_traced_once_tracing_is_on(tracing_state):
+    @rldbg.span("decorated", kind="fn")
+    def work(x):
+        return x * 2
+
+    assert work(2) == 4                                  # off: runs, records nothing
+    rec = tracing_state()
+    assert work(3) == 6
+    with rldbg.span("block"):
+        rldbg.instant("mark", i=1)
+    names = [decode(e).name for e in rec.buf]
+    assert names == ["decorated", "mark", "block"]
+    assert decode(rec.buf[0]).args == {"kind": "fn"}
+
+
+def test_worker_call_labels_and_restores_the_context_off_and_on(tracing_state):
+    ctx = current()
+    before = (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id)
+    tag = ri.CallTag(flow_id=7, group="actor", method="update", step=3)
+    with ri.worker_call("actor", 1, "update", tag) as scope:
+        assert (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id) == ("actor", 1, "update", 3, 7)
+        assert (scope.role, scope.rank, scope.method, scope.step) == ("actor", 1, "update", 3)
+    assert (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id) == before
+
+    rec = tracing_state()
+    with pytest.raises(RuntimeError):
+        with ri.worker_call("actor", 1, "update", tag):
+            rldbg.instant("inside")
+            raise RuntimeError("bad batch")
+    assert (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id) == before
+    evs = [decode(e) for e in rec.buf]
+    call = [e for e in evs if e.cat == "call"]
+    assert len(call) == 1 and call[0].flow == 7 and call[0].args["status"] == "error: RuntimeError"
+    inside = [e for e in evs if e.name == "inside"][0]
+    assert (inside.role, inside.rank, inside.step, inside.method) == ("actor", 1, 3, "update")
+    assert [e.name for e in evs if e.cat == "memory"] == ["memory", "memory"]   # before and after
