@@ -48,7 +48,10 @@ class _Span:
         rec = _STATE.recorder
         if self.t0 and rec is not None:
             c = _CTX
-            args = self.args if et is None else dict(self.args, error=et.__name__)
+            # No args: None, not the empty dict. An event holding only atomic values is untracked
+            # by the cyclic GC after its first pass; a dict inside keeps it tracked and rescanned
+            # by every collection while it waits in the buffer (bench_trace: GC was most of the cost).
+            args = (self.args or None) if et is None else dict(self.args, error=et.__name__)
             # Inlined Recorder.emit: the hot path is one length check and a deque append.
             buf = rec.buf
             if len(buf) < rec.capacity:
@@ -120,7 +123,7 @@ def instant(name: str, **args) -> None:
     c = _CTX
     buf = rec.buf
     if len(buf) < rec.capacity:
-        buf.append(_instant("user", name, _now(), c.role, c.rank, c.step, c.method, args))
+        buf.append(_instant("user", name, _now(), c.role, c.rank, c.step, c.method, args or None))
     else:
         rec.dropped += 1
 

@@ -57,7 +57,7 @@ def test_a_function_decorated_while_off_is_traced_once_tracing_is_on(tracing_sta
         rldbg.instant("mark", i=1)
     names = [decode(e).name for e in rec.buf]
     assert names == ["decorated", "mark", "block"]
-    assert decode(rec.buf[0]).args == {"kind": "fn"}
+    assert decode(rec.buf[0]).args == {"kind": "fn"} and decode(rec.buf[2]).args is None
 
 
 def test_worker_call_labels_and_restores_the_context_off_and_on(tracing_state):
