@@ -29,6 +29,8 @@ def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     n = int(args[0]) if args else 2
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    # As from an activated venv: each node's agent looks py-spy up on the PATH Ray was started with.
+    os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     if "--no-profiling" in sys.argv:
         os.environ.pop("RAY_DASHBOARD_ENABLE_PROFILING", None)
     else:
