@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def small_cluster():
-    proc = subprocess.Popen([sys.executable, os.path.join(TESTS, "cluster_host.py"), "2", "--no-profiling"],
+    proc = subprocess.Popen([sys.executable, os.path.join(TESTS, "cluster_host.py"), "2", "--no-profiling",
+                             "--fast-node-death"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ray_cli_env())
     try:
         info = json.loads(proc.stdout.readline())
@@ -56,7 +57,8 @@ def test_losing_a_node_names_it_and_keeps_the_trace(small_cluster, tmp_path):
     # cpus_per_rank=1 on two 1-CPU nodes: the PACK placement group must put one rank on each node.
     trainer = subprocess.Popen(
         [sys.executable, "-m", "reference_trainer", "--preset", "demo", "trainer.total_steps=400", "sft.steps=0",
-         "resources.cpus_per_rank=1", f"trainer.run_dir={run}", "trainer.progress=false"],
+         "resources.cpus_per_rank=1", f"trainer.run_dir={run}", "trainer.progress=false",
+         "data.prompts_per_step=4", "data.group_size=4", "actor.mini_batch_size=16", "actor.micro_batch_size=8"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
         env=ray_cli_env(RAY_ADDRESS=cluster["address"]))
     try:
@@ -110,3 +112,21 @@ def test_losing_a_node_names_it_and_keeps_the_trace(small_cluster, tmp_path):
         assert kept > 0 and lost >= kept // 2, per_rank   # same steps, same calls, until the kill
         died = proc.query("select name, arg_set_id from slice where name = 'rank_died'")
         assert len(died) == 1, died
+
+
+def test_only_a_lost_peer_is_read_as_one_and_unavailable_is_not_called_dead():
+    import ray
+
+    from rldbg.debug import death
+    gloo = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+            "[127.0.0.1]:37251")
+    assert death.peer_lost(gloo) and death.peer_lost("NCCL error: remote process exited or there was a network error")
+    assert not death.peer_lost("ValueError: shapes (8, 3) and (4,) do not match")
+    # Without Ray's verdict (no cluster here to ask), "unavailable" stays what it is: not a death cause.
+    unavailable = ray.exceptions.ActorUnavailableError(
+        "The actor is temporarily unavailable: RpcError: RPC error: failed to connect to all addresses; last error: "
+        "UNKNOWN: ipv4:127.0.0.1:45733: Failed to connect to remote host: Connection refused rpc_code: 14",
+        bytes(16))
+    assert death.settle(unavailable, timeout=0.1) is unavailable
+    said = death.cause(unavailable)
+    assert said.startswith("Ray could not reach it (") and "declared it dead" in said and "node was lost" not in said
