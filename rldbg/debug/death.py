@@ -5,6 +5,11 @@ that always mentions the OOM killer); users need the cause Ray actually observed
 a SIGTERM, an exit code, its own memory monitor's kill, a lost node, an exception in __init__, or
 that the process vanished without exiting (SIGKILL, the kernel OOM killer and a segfault look the
 same to it: the connection just ends).
+
+A call to an actor whose process or node just went away often fails first with "unavailable" (no
+cause yet): settle() waits for Ray's verdict. A surviving rank's collective can fail before Ray
+reports its peer's death at all (gloo: "Connection closed by peer"): peer_lost() reads such an echo
+and first_dead() finds the peer Ray declares dead, the one to name.
 """
 from __future__ import annotations
 
@@ -36,7 +41,7 @@ def cause(err: BaseException) -> str:
     if "ray.kill" in low or "intended" in low:
         return "killed on purpose (ray.kill or the job ending)"
     if "is unavailable" in low:
-        return (f"Ray could not reach it ({_unreachable(msg)}) and had not declared it dead after {SETTLE_S:g} s "
+        return (f"Ray could not reach it ({_unreachable(msg)}) and had not declared it dead "
                 "(a node or network partition, or a process that stopped answering)")
     if m := _EXIT_CODE.search(msg):
         return f"its process exited with code {m.group(1)}"
@@ -63,7 +68,8 @@ def settle(err: BaseException, timeout: float | None = None, poll: float = 0.25)
     except ImportError:
         return err
     actor_id = getattr(err, "actor_id", None)
-    if not isinstance(err, ray.exceptions.ActorUnavailableError) or not actor_id or not ray.is_initialized():
+    if (not isinstance(err, ray.exceptions.ActorUnavailableError) or not actor_id or not ray.is_initialized()
+            or getattr(err, "_rldbg_unsettled", False)):   # waited for once already: do not wait again
         return err
     deadline = time.monotonic() + (SETTLE_S if timeout is None else timeout)
     while time.monotonic() < deadline:
@@ -77,6 +83,7 @@ def settle(err: BaseException, timeout: float | None = None, poll: float = 0.25)
                 return ray.exceptions.ActorDiedError(death.actor_died_error_context)
             return ray.exceptions.ActorDiedError()
         time.sleep(poll)
+    err._rldbg_unsettled = True
     return err
 
 
