@@ -36,3 +36,30 @@ def cluster_has_gpu() -> bool:
 def stop_ray(started: bool) -> None:
     if started and ray.is_initialized():
         ray.shutdown()
+
+
+def lost_peer(groups: dict, err, timeout: float = 60.0):
+    """When a rank's call failed because a peer of its collective went away (gloo's "Connection closed
+    by peer" on the survivors of a lost node, which Ray reports before the dead rank's own error),
+    the RankDied of that peer, recorded in the trace; else None. The dead rank is the one to name:
+    the survivor's error only echoes it."""
+    import rldbg
+    from rldbg.debug import death
+    from reference_trainer.single_controller.host import RankDied
+
+    if not death.peer_lost(str(err)):
+        return None
+    group = groups.get(getattr(err, "role", None)) or next(iter(groups.values()), None)
+    if group is None:
+        return None
+    found = death.first_dead(group.hosts, timeout)
+    if found is None:
+        return None
+    rank, dead = found
+    place = group.places[rank] if rank < len(group.places) else {}
+    seen = death.where(dead)
+    ip, node = place.get("ip") or seen.get("ip") or "?", place.get("node_id")
+    died = RankDied(group.role, rank, err.method, err.step, f"{ip} ({node[:8]})" if node else ip, death.cause(dead))
+    rldbg.instant("rank_died", role=died.role, rank=rank, method=died.method, step=died.step, node=died.node,
+                  cause=died.cause, seen_first=str(err).splitlines()[0][:300])
+    return died

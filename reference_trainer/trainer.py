@@ -15,8 +15,9 @@ from reference_trainer.data import PromptSource, sft_batch
 from reference_trainer.metrics_log import MetricsLog, PhaseTimer
 from reference_trainer.protocol import reduce_metrics
 from reference_trainer.roles import build_role_groups
-from reference_trainer.runtime import start_ray, stop_ray
+from reference_trainer.runtime import lost_peer, start_ray, stop_ray
 from reference_trainer.single_controller import shutdown_groups
+from reference_trainer.single_controller.host import RemoteCallError
 from reference_trainer.stop import Stopped, stop_on_signals
 from reference_trainer.stop import check as check_stop
 from reference_trainer.stop import job_stop_notice
@@ -63,6 +64,11 @@ def fit(cfg: Config) -> list[dict]:
         except Stopped as e:
             e.step, e.trace = step, trace_path
             raise
+        except RemoteCallError as e:   # a survivor's echo of a lost peer: name the peer (runtime.lost_peer)
+            died = lost_peer(groups, e)
+            if died is None:
+                raise
+            raise died from None
         finally:
             guard.begin_cleanup()
             # The trace first: `ray job stop` gives the driver 3 s (RAY_JOB_STOP_WAIT_TIME_S) before SIGKILL,

@@ -128,6 +128,12 @@ class Dashboard:
                 "with RAY_DASHBOARD_ENABLE_PROFILING=1 (e.g. RAY_DASHBOARD_ENABLE_PROFILING=1 "
                 "ray start --head ...)"
             )
+        if "py-spy is not installed" in detail:
+            return (
+                f"the Ray dashboard at {self.address} could not run py-spy for {path}: the dashboard agent of "
+                "the worker's node finds no py-spy on its PATH; install it (pip install py-spy) on every node, "
+                "in the environment whose PATH `ray start` runs with"
+            )
         return f"the Ray dashboard at {self.address} answered {e.code} for {path}: {detail or e.reason}"
 
     def _state(self, resource: str, detail: bool, filters, limit: int) -> list[dict]:
@@ -170,7 +176,9 @@ class Dashboard:
         if not ip and not node_id:
             raise ValueError("traceback() needs ip= or node_id= to locate the worker")
         params = [("pid", str(int(pid)))]
-        params.append(("ip", ip) if ip else ("node_id", node_id))
+        # The node id first: it names one raylet's agent, where an IP may be shared by several nodes
+        # (containers on one host, a test cluster on loopback) and the dashboard then picks any of them.
+        params.append(("node_id", node_id) if node_id else ("ip", ip))
         if native:
             params.append(("native", "1"))
         return self.get("/worker/traceback", params, raw=True)

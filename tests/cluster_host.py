@@ -1,8 +1,11 @@
 """Holds a real multi-node Ray cluster on loopback for tests that need one beside the session's
-cluster: `python tests/cluster_host.py NODES` starts a head (dashboard + job agent, profiling
-routes on) and NODES-1 worker nodes with 1 CPU each, prints one JSON line
-{"address", "dashboard", "nodes": [{"node_id", "head"}]}, and shuts everything down when its stdin
-closes (so a dying test run cannot leave a cluster behind).
+cluster: `python tests/cluster_host.py NODES [--no-profiling] [--fast-node-death]` starts a head (dashboard
++ job agent, profiling routes on unless --no-profiling) and NODES-1 worker nodes with 1 CPU each, prints one JSON
+line {"address", "dashboard", "nodes": [{"node_id", "head"}]}, and shuts everything down when its
+stdin closes (so a dying test run cannot leave a cluster behind).
+
+While it runs, a line `kill NODE_ID` on its stdin kills that node the hard way (its raylet and
+every process of the node SIGKILLed, as when a machine is lost) and answers {"killed": NODE_ID}.
 
 Every port is chosen free: several clusters on one machine (the test session's, a user's) must not
 meet on Ray's default ports (the dashboard agent's 52365 most of all: job submission fails with
@@ -23,13 +26,23 @@ def free_port() -> int:
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    n = int(args[0]) if args else 2
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    os.environ["RAY_DASHBOARD_ENABLE_PROFILING"] = "1"   # /worker/traceback for rldbg stack on any node
+    # As from an activated venv: each node's agent looks py-spy up on the PATH Ray was started with.
+    os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    if "--no-profiling" in sys.argv:
+        os.environ.pop("RAY_DASHBOARD_ENABLE_PROFILING", None)
+    else:
+        os.environ["RAY_DASHBOARD_ENABLE_PROFILING"] = "1"   # /worker/traceback for rldbg stack on any node
     from ray.cluster_utils import Cluster
 
     dash = free_port()
-    cluster = Cluster(initialize_head=True, head_node_args={
+    # --fast-node-death: the GCS gives up on a silent node after 3 missed 1 s health checks instead of
+    # Ray's 5 x 3 s, so a test that kills a node does not wait a quarter of a minute for Ray's verdict.
+    fast = {"_system_config": {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}} \
+        if "--fast-node-death" in sys.argv else {}
+    cluster = Cluster(initialize_head=True, head_node_args={**fast,
         "num_cpus": 1, "node_ip_address": "127.0.0.1", "dashboard_host": "127.0.0.1",
         "include_dashboard": True, "dashboard_port": dash, "dashboard_agent_listen_port": free_port(),
         "metrics_export_port": free_port(), "resources": {"head": 1}})
@@ -41,8 +54,16 @@ def main() -> None:
              for node in [cluster.head_node, *cluster.worker_nodes]]
     print(json.dumps({"address": cluster.address, "dashboard": f"http://127.0.0.1:{dash}", "nodes": nodes}),
           flush=True)
+    by_id = {node.node_id: node for node in cluster.worker_nodes}
     try:
-        sys.stdin.read()   # until the test closes our stdin (or dies)
+        for line in sys.stdin:   # until the test closes our stdin (or dies)
+            cmd, _, node_id = line.strip().partition(" ")
+            if cmd == "kill" and node_id in by_id:
+                cluster.remove_node(by_id.pop(node_id), allow_graceful=False)
+                print(json.dumps({"killed": node_id}), flush=True)
+            else:
+                print(json.dumps({"error": f"unknown command {line.strip()!r}: expected kill WORKER_NODE_ID"}),
+                      flush=True)
     finally:
         cluster.shutdown()
 

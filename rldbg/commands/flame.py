@@ -35,7 +35,7 @@ def _collapsed(t, dash, args) -> str:
             path = pyspy.record(t.pid, args.seconds, os.path.join(tmp, "raw.txt"), args.rate, args.idle, args.native)
             with open(path, encoding="utf-8") as f:
                 return f.read()
-    params = [("pid", str(t.pid)), ("ip", t.ip) if t.ip else ("node_id", t.node_id),
+    params = [("pid", str(t.pid)), ("node_id", t.node_id) if t.node_id else ("ip", t.ip),
               ("duration", str(max(1, round(args.seconds)))), ("format", "raw")]
     if args.native:
         params.append(("native", "1"))

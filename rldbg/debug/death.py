@@ -5,6 +5,11 @@ that always mentions the OOM killer); users need the cause Ray actually observed
 a SIGTERM, an exit code, its own memory monitor's kill, a lost node, an exception in __init__, or
 that the process vanished without exiting (SIGKILL, the kernel OOM killer and a segfault look the
 same to it: the connection just ends).
+
+A call to an actor whose process or node just went away often fails first with "unavailable" (no
+cause yet): settle() waits for Ray's verdict. A surviving rank's collective can fail before Ray
+reports its peer's death at all (gloo: "Connection closed by peer"): peer_lost() reads such an echo
+and first_dead() finds the peer Ray declares dead, the one to name.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ _PID = re.compile(r"\bpid:\s*(\d+)")
 
 def cause(err: BaseException) -> str:
     """One short phrase naming what Ray observed."""
+    err = settle(err)
     msg = str(getattr(err, "error_msg", "") or err)
     low = msg.lower()
     if "low on memory" in low or "outofmemoryerror" in low or "memory monitor" in low:
@@ -34,11 +40,56 @@ def cause(err: BaseException) -> str:
                 "Ray cannot tell which)")
     if "ray.kill" in low or "intended" in low:
         return "killed on purpose (ray.kill or the job ending)"
+    if "is unavailable" in low:
+        return (f"Ray could not reach it ({_unreachable(msg)}) and had not declared it dead "
+                "(a node or network partition, or a process that stopped answering)")
     if m := _EXIT_CODE.search(msg):
         return f"its process exited with code {m.group(1)}"
     if m := _DETAIL.search(msg):
         return m.group(1).strip().rstrip(".")
     return "its process died (Ray gave no cause)"
+
+
+SETTLE_S = 60.0
+
+
+def settle(err: BaseException, timeout: float | None = None, poll: float = 0.25) -> BaseException:
+    """Ray's verdict on an actor it could only call unavailable. A call to an actor whose process or
+    node just went away fails at once with ActorUnavailableError ("connection refused", no cause);
+    Ray declares the actor dead, with the cause it observed (its node died, a signal, an exit code),
+    only later: for a lost node once the GCS's health checks give up on the node (seconds). Returns
+    the ActorDiedError that Ray settles on within `timeout` s (default SETTLE_S), else `err` itself.
+    Only waits on that one error type, in a process connected to Ray."""
+    import time
+
+    try:
+        import ray
+        from ray._private import state
+    except ImportError:
+        return err
+    actor_id = getattr(err, "actor_id", None)
+    if (not isinstance(err, ray.exceptions.ActorUnavailableError) or not actor_id or not ray.is_initialized()
+            or getattr(err, "_rldbg_unsettled", False)):   # waited for once already: do not wait again
+        return err
+    deadline = time.monotonic() + (SETTLE_S if timeout is None else timeout)
+    while time.monotonic() < deadline:
+        try:
+            info = state.actors(actor_id=actor_id) or {}
+        except Exception:  # noqa: BLE001 - the GCS unreachable too: keep what we have
+            return err
+        if info.get("State") == "DEAD":
+            death = info.get("DeathCause")
+            if death is not None and death.HasField("actor_died_error_context"):
+                return ray.exceptions.ActorDiedError(death.actor_died_error_context)
+            return ray.exceptions.ActorDiedError()
+        time.sleep(poll)
+    err._rldbg_unsettled = True
+    return err
+
+
+def _unreachable(msg: str) -> str:
+    m = re.search(r"(connection refused|deadline exceeded|failed to connect[^;:.]*|unavailable)", msg, re.IGNORECASE)
+    return m.group(1).lower() if m else "no answer"
 
 
 def where(err: BaseException) -> dict:
@@ -50,3 +101,37 @@ def where(err: BaseException) -> dict:
     if m := _PID.search(msg):
         out["pid"] = int(m.group(1))
     return out
+
+
+# What a surviving rank's collective raises when a peer's process or node went away first (gloo,
+# NCCL, a TCP store): the peer's death is the cause, this error only its echo.
+_PEER_LOST = re.compile(r"closed by peer|reset by peer|broken pipe|connection (?:closed|reset|refused)"
+                        r"|remote (?:process|worker|peer)|socket timeout|ncclRemoteError", re.IGNORECASE)
+
+
+def peer_lost(message: str) -> bool:
+    """True when an error a rank raised reads like a peer of its collective having gone away."""
+    return bool(_PEER_LOST.search(message or ""))
+
+
+def first_dead(handles: list, timeout: float) -> tuple[int, BaseException] | None:
+    """(index, Ray's RayActorError) of an actor among `handles` that Ray reports dead, asking each one
+    a no-op; None when all answer or `timeout` s pass first. A lost node's actors are declared dead
+    only once Ray notices the node is gone (its health checks: seconds), hence the wait."""
+    import time
+
+    import ray
+
+    refs = [h.__ray_ready__.remote() for h in handles]
+    index = {ref: i for i, ref in enumerate(refs)}
+    pending, deadline = list(refs), time.monotonic() + timeout
+    while pending and (left := deadline - time.monotonic()) > 0:
+        done, pending = ray.wait(pending, num_returns=1, timeout=left)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as err:
+                return index[ref], settle(err, max(0.0, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001 - alive but odd: not the dead peer we look for
+                pass
+    return None

@@ -49,7 +49,7 @@ def fetch(targets, dash, native: bool = False, via: str = "auto") -> list[Result
         why_dash = None
         if via != "local" and "reason" not in broken:
             try:
-                text = dash.traceback(t.pid, ip=t.ip or None, node_id=None if t.ip else t.node_id, native=native)
+                text = dash.traceback(t.pid, ip=t.ip or None, node_id=t.node_id or None, native=native)
                 threads = pyspy.parse_dump_text(text)
                 if threads:
                     return Result(t, threads, "dashboard")
