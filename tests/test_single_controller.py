@@ -75,6 +75,24 @@ def test_dp_compute_proto_big_batch_travels_intact(groups, grow):
         assert torch.equal(out.tensors["grown"][33], (torch.arange(grow) % 251).to(torch.uint8))   # rank 1's row 0
 
 
+def test_transport_cuts_mid_sized_batches_only():
+    """Small batches are inline already and big ones move faster through the object store: only
+    batches between one part and MAX_PARTS parts are cut, once per call however many ranks get them."""
+    from reference_trainer.single_controller import transport
+
+    def batch(nbytes):
+        return DataProto.from_dict(tensors={"x": torch.zeros(4, nbytes // 4, dtype=torch.uint8)})
+
+    small, mid, big = batch(transport.PART_BYTES), batch(3 * transport.PART_BYTES), \
+        batch((transport.MAX_PARTS + 1) * transport.PART_BYTES)
+    cache: dict = {}
+    args, kwargs, parts, slots = transport.encode_call((small, mid), {"b": big}, cache)
+    assert args[0] is small and kwargs["b"] is big and isinstance(args[1], transport.Wired)
+    assert len(parts) == 3 and slots == 4 and all(p.nbytes <= transport.PART_BYTES for p in parts)
+    again = transport.encode_call((mid,), {}, cache)[2]
+    assert all(a is b for a, b in zip(again, parts))   # the second rank reuses the first's cut
+
+
 def test_one_to_all_big_batch_and_rank_error(groups):
     batch = _big_batch(40)
     want = {k: float(t.double().sum()) for k, t in batch.tensors.items()}
