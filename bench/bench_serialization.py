@@ -1,16 +1,16 @@
-"""How fast does a DataProto cross a Ray actor boundary, compared with a plain dict of torch tensors?
+"""Is a DP_COMPUTE_PROTO call through the reference trainer's WorkerGroup faster than raw Ray?
 
-Run on demand (not a test):  python bench/bench_serialization.py [--rounds 200]
+Run on demand (not a test):  python bench/bench_serialization.py [--rounds 60] [--blocks 4]
 
-Starts a local 2-CPU Ray cluster bound to 127.0.0.1, builds a 384 KiB batch and prints the median
-round-trip time of
-  (a) an actor echo of a plain dict of the same torch tensors,
-  (b) an actor echo of the DataProto,
-  (c) the DataProto chunked in 2, echoed by 2 actors in parallel, then concatenated,
-plus (b)/(a) and (c)/(a); for reference also (0), an echo of None (the fixed cost of one actor call),
-and an echo of one numpy array of the same size (the floor for moving these bytes). Rounds
-interleave the cases so a slow stretch on a shared machine hits all of them alike. It also reports
-pickle payload sizes and what copying read-only object-store buffers on arrival costs.
+Starts a local 2-CPU Ray cluster bound to 127.0.0.1, builds a 384 KiB batch and times, per round trip:
+  (a)   raw Ray: one actor echoes a plain dict of the batch's torch tensors (the baseline);
+  (wg)  the real WorkerGroup (reference_trainer.single_controller, rldbg hooks included) calling a
+        DP_COMPUTE_PROTO echo over 2 ranks: split, ship, run, ship back, concatenate, sentinel check;
+  (wg+) the same with tracing on (rldbg.trace.start ... stop around the block).
+Blocks alternate off / on; within a block (a) and (wg) rounds interleave, so a slow stretch on a shared
+machine hits both alike. It prints medians and (wg)/(a) per tracing state beside the goal (≤ 0.80,
+issue 12), plus reference figures: the fixed cost of one actor call, the floor for these bytes (one
+numpy array), a DataProto echo on one actor, and the pickle payload of a DataProto.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+import shutil
 import statistics
+import tempfile
 import time
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -27,9 +29,14 @@ import numpy as np  # noqa: E402
 import ray  # noqa: E402
 import torch  # noqa: E402
 
+import rldbg  # noqa: E402
 from reference_trainer.protocol import DataProto  # noqa: E402
+from reference_trainer.single_controller import (  # noqa: E402
+    Dispatch, ResourcePool, Worker, register, shutdown_groups, spawn_role_groups,
+)
 
 ROWS, SEQ = 64, 48
+GOAL = 0.80
 
 
 def make_batch() -> DataProto:
@@ -61,92 +68,112 @@ class Echo:
         return x
 
 
+class EchoWorker(Worker):
+    """A role whose registered method returns its shard as is: the call is pure dispatch."""
+
+    role = "echo"
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def echo(self, batch: DataProto) -> DataProto:
+        return batch
+
+
 def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1e3
 
 
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=60, help="round trips per case per block")
+    parser.add_argument("--blocks", type=int, default=4, help="blocks per tracing state (off/on alternate)")
     args = parser.parse_args()
+    if args.rounds < 1 or args.blocks < 1:
+        parser.error(f"--rounds {args.rounds} and --blocks {args.blocks} must both be >= 1")
 
     batch = make_batch()
     plain = dict(batch.tensors)
-    print(f"batch: {len(batch)} rows, {len(plain)} tensors, {batch.nbytes / 1024:.0f} KiB")
+    print(f"batch: {len(batch)} rows, {len(plain)} tensors, {batch.nbytes / 1024:.0f} KiB; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=True)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=True)
+    tmp = tempfile.mkdtemp(prefix="rldbg-bench-ser-")
+    groups = None
     try:
-        a1, a2 = Echo.remote(), Echo.remote()
-        ray.get([a1.echo.remote(0), a2.echo.remote(0)])
+        a1 = Echo.remote()
+        groups = spawn_role_groups(ResourcePool("bench", 2, cpus_per_rank=0.5), {"echo": (EchoWorker, None)},
+                                   run_name="bench_ser")
+        wg = groups["echo"]
 
         def run_a():
             out = ray.get(a1.echo.remote(plain))
             assert out["input_ids"].shape == (ROWS, SEQ)
 
-        def run_b():
-            out = ray.get(a1.echo.remote(batch))
+        def run_wg():
+            out = wg.echo(batch)
             assert len(out) == ROWS
 
-        def run_c():
-            c0, c1 = batch.chunk(2)
-            out = DataProto.concat(ray.get([a1.echo.remote(c0), a2.echo.remote(c1)]))
-            assert len(out) == ROWS
-
-        def run_0():  # the fixed cost of one actor call, to read the figures against
+        def run_0():
             ray.get(a1.echo.remote(None))
 
         raw = np.zeros(batch.nbytes, dtype=np.uint8)
 
-        def run_raw():  # the floor for moving these bytes: one numpy array, Ray's own zero-copy path
+        def run_raw():
             ray.get(a1.echo.remote(raw))
 
-        cases = {"0": run_0, "raw": run_raw, "a": run_a, "b": run_b, "c": run_c}
-        times: dict[str, list[float]] = {k: [] for k in cases}
-        for _ in range(10):  # warm up workers, imports and the object store
-            for fn in cases.values():
-                fn()
-        for _ in range(args.rounds):
-            for name, fn in cases.items():
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
+        def run_b():
+            assert len(ray.get(a1.echo.remote(batch))) == ROWS
+
+        for _ in range(10):   # warm up workers, imports and the object store
+            run_a(), run_wg()
+        out = wg.echo(batch)
+        assert all(torch.equal(out.tensors[k], t) for k, t in batch.tensors.items()), "the echo changed the batch"
+
+        times = {k: [] for k in ("a_off", "wg_off", "a_on", "wg_on", "0", "raw", "b")}
+        for block in range(args.blocks):
+            for state in ("off", "on"):
+                if state == "on":
+                    rldbg.trace.start(os.path.join(tmp, f"b{block}.json"), memory_hz=10.0)
+                try:
+                    for _ in range(10 if state == "on" else 0):   # tracing found by the ranks
+                        run_wg()
+                    for _ in range(args.rounds):
+                        times[f"a_{state}"].append(timed(run_a))
+                        times[f"wg_{state}"].append(timed(run_wg))
+                        if state == "off":
+                            for k, fn in (("0", run_0), ("raw", run_raw), ("b", run_b)):
+                                times[k].append(timed(fn))
+                finally:
+                    if state == "on":
+                        shutil.rmtree(rldbg.trace.stop(export=False) or "", ignore_errors=True)
         ms = {k: median_ms(v) for k, v in times.items()}
-        print(f"(0) empty actor echo (fixed call cost)     : {ms['0']:.3f} ms")
-        print(f"    one 384 KiB numpy array, actor echo      : {ms['raw']:.3f} ms   (the floor for these bytes)")
-        print(f"(a) plain dict of torch tensors, actor echo : {ms['a']:.3f} ms")
-        print(f"(b) DataProto, actor echo                    : {ms['b']:.3f} ms   (b)/(a) = {ms['b'] / ms['a']:.2f}")
-        print(f"(c) DataProto chunk(2) -> 2 actors -> concat : {ms['c']:.3f} ms   (c)/(a) = {ms['c'] / ms['a']:.2f}")
+        n = args.rounds * args.blocks
+        print(f"medians of {n} round trips per case, {args.blocks} alternating blocks per tracing state:")
+        print(f"    empty actor echo (fixed cost of a call)       : {ms['0']:.3f} ms")
+        print(f"    one 384 KiB numpy array, actor echo             : {ms['raw']:.3f} ms   (the floor for these bytes)")
+        print(f"    DataProto, one actor echo                       : {ms['b']:.3f} ms")
+        for state, label in (("off", "tracing off"), ("on", "tracing on (memory sampling 10 Hz)")):
+            ratio = ms[f"wg_{state}"] / ms[f"a_{state}"]
+            verdict = "meets" if ratio <= GOAL else "misses"
+            print(f"{label}:")
+            print(f"    (a)  raw Ray dict-of-tensors echo, 1 actor      : {ms[f'a_{state}']:.3f} ms")
+            print(f"    (wg) WorkerGroup DP_COMPUTE_PROTO echo, 2 ranks : {ms[f'wg_{state}']:.3f} ms   "
+                  f"(wg)/(a) = {ratio:.2f}   goal <= {GOAL:.2f}: {verdict}")
 
-        # Payload sizes and where the time goes, without Ray.
-        for label, obj in (("plain dict", plain), ("DataProto", batch)):
-            oob: list = []
-            t0 = time.perf_counter()
-            for _ in range(50):
-                oob = []
-                data = pickle.dumps(obj, protocol=5, buffer_callback=oob.append)
-            dt = (time.perf_counter() - t0) / 50
-            print(f"pickle protocol 5, {label:10s}: {len(data) / 1024:7.1f} KiB in-band + "
-                  f"{sum(memoryview(b).nbytes for b in oob) / 1024:6.1f} KiB out-of-band, dumps {dt * 1e3:.3f} ms")
-
-        # The cost of making arrived tensors writable: ray.get of a stored batch copies its read-only buffers.
-        ref = ray.put(batch)
-        stored_arrays = ray.get(ray.put({k: t.numpy() if t.dtype != torch.bfloat16 else t.view(torch.int16).numpy()
-                                         for k, t in batch.tensors.items()}))
-        writable = all(a.flags.writeable for a in stored_arrays.values())
-        get_b = [0.0] * 100
-        copy_t = [0.0] * 100
-        for i in range(100):
-            t0 = time.perf_counter()
-            ray.get(ref)
-            get_b[i] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            for a in stored_arrays.values():
-                a.copy()
-            copy_t[i] = time.perf_counter() - t0
-        print(f"object-store arrays writable on arrival: {writable}; ray.get(DataProto) {median_ms(get_b):.3f} ms, "
-              f"of which copying {len(stored_arrays)} read-only arrays ≈ {median_ms(copy_t):.3f} ms")
+        oob: list = []
+        data = pickle.dumps(batch, protocol=5, buffer_callback=oob.append)
+        print(f"pickle protocol 5 of the DataProto: {len(data) / 1024:.1f} KiB in-band + "
+              f"{sum(memoryview(b).nbytes for b in oob) / 1024:.1f} KiB out-of-band in {len(oob)} buffers")
     finally:
+        if groups:
+            shutdown_groups(groups.values())
         ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -354,6 +354,63 @@ class DataProto:
         packed = {k: _pack_tensor(t) for k, t in self.tensors.items()}
         return _rebuild_dataproto, (packed, self.non_tensors, self.meta)
 
+    @property
+    def tensor_nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+    def to_parts(self, part_bytes: int) -> tuple[tuple, list[np.ndarray]]:
+        """(head, parts): the tensors' bytes laid end to end and cut into uint8 arrays of at most
+        `part_bytes`, and a small head (layout, non-tensors, meta) that from_parts rebuilds the batch
+        from. Ray ships an object under its inline limit inside the task message itself, skipping the
+        object store's round trips; a batch cut to that size travels that way (single_controller.transport).
+        Tensors that pickling would not send as numpy (see _pack_tensor) travel in the head as they are."""
+        if not isinstance(part_bytes, int) or part_bytes < 1:
+            raise ValueError(f"DataProto.to_parts: part_bytes={part_bytes!r}; expected an int >= 1")
+        layout, views, whole = [], [], {}
+        for key, t in self.tensors.items():
+            packed = _pack_tensor(t)
+            if isinstance(packed, torch.Tensor):
+                whole[key] = packed
+                layout.append((key, None, None, None, 0))
+                continue
+            arr, tag = packed
+            layout.append((key, arr.dtype.str, arr.shape, tag, arr.nbytes))
+            views.append(arr.reshape(-1).view(np.uint8))
+        flat = np.concatenate(views) if len(views) > 1 else (views[0] if views else np.empty(0, np.uint8))
+        parts = [flat[i:i + part_bytes] for i in range(0, flat.nbytes, part_bytes)]
+        return (layout, part_bytes, whole, self.non_tensors, self.meta), parts
+
+    @staticmethod
+    def from_parts(head: tuple, parts: Sequence[np.ndarray]) -> "DataProto":
+        """The batch to_parts cut into (head, parts); every tensor gets its own writable storage."""
+        layout, part_bytes, whole, non_tensors, meta = head
+        tensors, offset = {}, 0
+        for key, dtype_str, shape, tag, nbytes in layout:
+            if dtype_str is None:
+                tensors[key] = whole[key]
+                continue
+            buf = _gather(parts, part_bytes, offset, nbytes)
+            offset += nbytes
+            t = torch.from_numpy(buf.view(np.dtype(dtype_str)).reshape(shape))
+            if tag is not None:
+                if not isinstance(dtype := getattr(torch, tag, None), torch.dtype):
+                    raise ValueError(f"DataProto: unknown dtype tag {tag!r} in a serialized batch")
+                t = t.view(dtype)
+            tensors[key] = t
+        return _rebuild_dataproto({}, non_tensors, meta, tensors)
+
+
+def _gather(parts: Sequence[np.ndarray], part_bytes: int, start: int, nbytes: int) -> np.ndarray:
+    """Bytes [start, start + nbytes) of the parts laid end to end, copied into a fresh array."""
+    out = np.empty(nbytes, np.uint8)
+    done, i, pos = 0, start // part_bytes, start % part_bytes
+    while done < nbytes:
+        piece = parts[i][pos:pos + nbytes - done]
+        out[done:done + piece.nbytes] = piece
+        done += piece.nbytes
+        i, pos = i + 1, 0
+    return out
+
 
 def _pack_tensor(t: torch.Tensor) -> torch.Tensor | tuple[np.ndarray, str | None]:
     """(numpy view, dtype name or None): numpy arrays go out-of-band under pickle protocol 5, while torch
@@ -383,9 +440,10 @@ def _unpack_tensor(packed: torch.Tensor | tuple[np.ndarray, str | None]) -> torc
     return t.view(dtype)
 
 
-def _rebuild_dataproto(packed: dict, non_tensors: dict, meta: dict) -> DataProto:
+def _rebuild_dataproto(packed: dict, non_tensors: dict, meta: dict, tensors: dict | None = None) -> DataProto:
     non_tensors = {k: a if a.flags.writeable else a.copy() for k, a in non_tensors.items()}
-    return DataProto({k: _unpack_tensor(p) for k, p in packed.items()}, non_tensors, meta)
+    return DataProto(tensors if tensors is not None else {k: _unpack_tensor(p) for k, p in packed.items()},
+                     non_tensors, meta)
 
 
 def reduce_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:

@@ -51,6 +51,21 @@ class EchoWorker(Worker):
         out.add_metrics({"rows_seen": float(len(batch))})
         return out
 
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def tag_rows(self, batch: DataProto, grow: int = 0) -> DataProto:
+        """The batch back with its rank per row and `grow` bytes per row of new column."""
+        batch.tensors["rank"] = torch.full((len(batch),), self.rank)
+        if grow:
+            batch.tensors["grown"] = (torch.arange(len(batch) * grow) % 251).to(torch.uint8).view(len(batch), grow)
+        batch.add_metrics({"rows_seen": float(len(batch))})
+        return batch
+
+    @register(Dispatch.ONE_TO_ALL)
+    def checksum(self, batch: DataProto, fail_rank: int = -1):
+        if self.rank == fail_rank:
+            raise ValueError(f"bad batch on rank {self.rank}")
+        return {k: float(t.double().sum()) for k, t in batch.tensors.items()}
+
     @register(Dispatch.RANK_ZERO)
     def count_calls(self):
         return self.calls

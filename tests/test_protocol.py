@@ -315,3 +315,31 @@ def test_in_place_modification_after_arrival_leaves_object_store_intact(ray_clus
     assert torch.equal(modified["ids"], d["ids"] + 1000)
     assert torch.equal(modified["bf16"], d["bf16"] * 2) and (modified["score"] == -1.0).all()
     assert_same(ray.get(ref), d)
+
+
+@pytest.mark.parametrize("part_bytes", [1, 7, 4096, 1 << 20])
+def test_to_parts_from_parts_round_trip(part_bytes):
+    """Any cut size gives back every column bit for bit, in order, each tensor writable in its own
+    storage even when the parts arrive read-only (as Ray hands them out)."""
+    batch = DataProto.from_dict(
+        tensors={"f": torch.randn(6, 5), "h": torch.randn(6, 3).bfloat16(), "b": torch.rand(6) > 0.5,
+                 "e": torch.zeros(6, 0), "g": torch.ones(6, 2, requires_grad=True), "c": torch.randn(6, 2)[:, 1]},
+        non_tensors={"s": [f"r{i}" for i in range(6)]}, meta={"k": 1, "metrics": {"m": [1.0]}})
+    head, parts = batch.to_parts(part_bytes)
+    assert all(p.nbytes <= part_bytes for p in parts)
+    assert sum(p.nbytes for p in parts) == batch.tensor_nbytes - 6 * 2 * 4   # "g" needs grad: in the head
+    for p in parts:
+        p.flags.writeable = False
+    out = DataProto.from_parts(head, parts)
+    assert list(out.tensors) == list(batch.tensors) and list(out.non_tensors["s"]) == list(batch.non_tensors["s"])
+    assert out.meta == batch.meta
+    for k, t in batch.tensors.items():
+        assert out.tensors[k].dtype == t.dtype and torch.equal(out.tensors[k], t), k
+    plain = [out.tensors[k] for k in ("f", "b", "c")]
+    assert all(t.numpy().flags.writeable for t in plain)
+    assert len({t.untyped_storage().data_ptr() for t in plain}) == 3
+
+
+def test_to_parts_rejects_bad_part_size():
+    with pytest.raises(ValueError, match="part_bytes=0"):
+        DataProto.from_dict(tensors={"x": torch.zeros(2)}).to_parts(0)

@@ -45,6 +45,62 @@ def test_dp_compute_proto_pads_uneven_batch_and_unpads_result(groups):
     assert out.meta["metrics"]["rows_seen"] == [3.0, 3.0]
 
 
+def _big_batch(rows: int) -> DataProto:
+    """Over 300 KiB: several transport parts, with a bf16 column, non-tensors and metrics."""
+    g = torch.Generator().manual_seed(1)
+    batch = DataProto.from_dict(
+        tensors={"ids": torch.randint(0, 1000, (rows, 600), generator=g),
+                 "h": torch.randn(rows, 500, generator=g).bfloat16(),
+                 "mask": torch.rand(rows, 300, generator=g) > 0.5},
+        non_tensors={"text": [f"row {i}" for i in range(rows)]}, meta={"step": 7})
+    return batch.add_metrics({"driver": 1.0})
+
+
+@pytest.mark.parametrize("grow", [0, 200_000])
+def test_dp_compute_proto_big_batch_travels_intact(groups, grow):
+    """A batch cut into parts (transport) comes back bit for bit, uneven rows
+    padded and unpadded; `grow` makes each rank's result outgrow the return slots sized from its input."""
+    from reference_trainer.single_controller import transport
+
+    batch = _big_batch(65)
+    assert batch.tensor_nbytes > 3 * transport.PART_BYTES
+    out = groups["echo"].tag_rows(batch, grow=grow)
+    assert len(out) == 65 and list(out.non_tensors["text"]) == [f"row {i}" for i in range(65)]
+    for k, t in batch.tensors.items():
+        assert out.tensors[k].dtype == t.dtype and torch.equal(out.tensors[k], t), k
+    assert out.tensors["rank"].tolist() == [0] * 33 + [1] * 32
+    assert out.meta["step"] == 7 and out.meta["metrics"] == {"driver": [1.0], "rows_seen": [33.0, 33.0]}
+    if grow:
+        assert out.tensors["grown"].shape == (65, grow)
+        assert torch.equal(out.tensors["grown"][33], (torch.arange(grow) % 251).to(torch.uint8))   # rank 1's row 0
+
+
+def test_transport_cuts_mid_sized_batches_only():
+    """Small batches are inline already and big ones move faster through the object store: only
+    batches between one part and MAX_PARTS parts are cut, once per call however many ranks get them."""
+    from reference_trainer.single_controller import transport
+
+    def batch(nbytes):
+        return DataProto.from_dict(tensors={"x": torch.zeros(4, nbytes // 4, dtype=torch.uint8)})
+
+    small, mid, big = batch(transport.PART_BYTES), batch(3 * transport.PART_BYTES), \
+        batch((transport.MAX_PARTS + 1) * transport.PART_BYTES)
+    cache: dict = {}
+    args, kwargs, parts, slots = transport.encode_call((small, mid), {"b": big}, cache)
+    assert args[0] is small and kwargs["b"] is big and isinstance(args[1], transport.Wired)
+    assert len(parts) == 3 and slots == 4 and all(p.nbytes <= transport.PART_BYTES for p in parts)
+    again = transport.encode_call((mid,), {}, cache)[2]
+    assert all(a is b for a, b in zip(again, parts))   # the second rank reuses the first's cut
+
+
+def test_one_to_all_big_batch_and_rank_error(groups):
+    batch = _big_batch(40)
+    want = {k: float(t.double().sum()) for k, t in batch.tensors.items()}
+    assert groups["echo"].checksum(batch) == [want, want]
+    with pytest.raises(RemoteCallError, match="echo rank 1 failed in checksum.*bad batch on rank 1"):
+        groups["echo"].checksum(batch, fail_rank=1)
+
+
 def test_dp_compute_proto_rejects_non_proto(groups):
     with pytest.raises(TypeError, match="DataProto"):
         groups["echo"].double(torch.arange(4))

@@ -8,6 +8,7 @@ import traceback
 
 from rldbg import instrument
 
+from reference_trainer.single_controller import transport
 from reference_trainer.single_controller.decorator import registered_methods
 from reference_trainer.single_controller.worker import RankInfo, init_process_group, rendezvous_listener
 
@@ -63,8 +64,9 @@ class HostBase:
         self._label = instrument.set_worker_identity(next(iter(roles)), rank, world_size, roles=tuple(roles)).label
 
     def __repr__(self) -> str:
-        # The dashboard shows this as the actor's repr_name: role(s) and rank at a glance.
-        return self._label
+        # The dashboard shows this as the actor's repr_name: role(s) and rank at a glance. Ray also
+        # asks when __init__ failed, before the label exists.
+        return getattr(self, "_label", type(self).__name__)
 
     def master_address(self):
         return self._info.master_addr, self._info.master_port
@@ -93,8 +95,10 @@ def _node_ip() -> str:
 
 
 def _make_caller(role: str, method: str):
-    def caller(self, *args, _call=None, **kwargs):
+    def caller(self, *args, _call=None, _wire=None, **kwargs):
         worker = self._workers[role]
+        if _wire is not None:   # (own positional args, return slots): a batch cut in parts, see transport
+            args, kwargs = transport.decode_call(args, _wire[0], kwargs)
         with instrument.worker_call(role, self._info.rank, method, _call) as seam:
             instrument.method_entry(role, self._info.rank, method, _call)
             try:
@@ -106,7 +110,8 @@ def _make_caller(role: str, method: str):
                 message = str(exc) + (f" [inputs and error saved to {saved}]" if saved else "")
                 raise RemoteCallError(role, self._info.rank, method, step, type(exc).__name__,
                                       message, traceback.format_exc()) from None
-            return seam.returned(out, args, kwargs)   # the non-finite sentinel: may raise NonFinite
+            out = seam.returned(out, args, kwargs)   # the non-finite sentinel: may raise NonFinite
+        return out if _wire is None else transport.encode_result(out, _wire[1])
 
     return named(caller, remote_name(role, method))
 

@@ -14,6 +14,7 @@ from rldbg import instrument, sentinel
 from rldbg.debug import death
 from rldbg.context import current
 
+from reference_trainer.single_controller import transport
 from reference_trainer.single_controller.decorator import Registration, registered_methods
 from reference_trainer.single_controller.dispatch import result_summary, shard_summary
 from reference_trainer.single_controller.host import RankDied, RemoteCallError, make_host_class, named, remote_name
@@ -26,6 +27,7 @@ class WorkerGroup:
         self.role, self.worker_cls, self.hosts, self.pool = role, worker_cls, hosts, pool
         self.places = places or [{} for _ in hosts]   # per rank: node_id, ip, pid
         self.methods = registered_methods(worker_cls)
+        self._handles: dict = {}
         for name, reg in self.methods.items():
             setattr(self, name, self._bind(name, reg))
 
@@ -43,6 +45,17 @@ class WorkerGroup:
         call.__doc__ = getattr(self.worker_cls, method).__doc__
         return named(call, method)
 
+    def _remote(self, rank: int, method: str, slots: int):
+        """The rank's actor method for `method`, returning `slots` values (cached: .options() is not free)."""
+        key = (rank, method, slots)
+        handle = self._handles.get(key)
+        if handle is None:
+            handle = getattr(self.hosts[rank], remote_name(self.role, method))
+            if slots > 1:
+                handle = handle.options(num_returns=slots)
+            self._handles[key] = handle
+        return handle
+
     def _call(self, method: str, reg: Registration, args: tuple, kwargs: dict):
         call = instrument.call_begin(self.role, method, reg.mode.name, self.world_size, current().step)
         try:
@@ -52,13 +65,19 @@ class WorkerGroup:
             raise type(exc)(f"{self.role}.{method}: {exc}") from None
         shards = [shard_summary(*item) if item else None for item in per_rank]
         instrument.call_ready(call, shards)  # the step gate may hold the call here
-        refs, ranks = [], []
+        refs, ranks, cut = [], [], {}
         for rank, item in enumerate(per_rank):
             if item is None:
                 continue
             rank_args, rank_kwargs = item
-            handle = getattr(self.hosts[rank], remote_name(self.role, method))
-            refs.append(handle.remote(*rank_args, _call=call.tag, **rank_kwargs))
+            # Big batches travel in parts small enough for Ray to send inside its task messages.
+            args_w, kwargs_w, parts, slots = transport.encode_call(rank_args, rank_kwargs, cut)
+            if parts:
+                out = self._remote(rank, method, slots).remote(*args_w, *parts, _call=call.tag,
+                                                               _wire=(len(args_w), slots), **kwargs_w)
+            else:
+                out = [self._remote(rank, method, 1).remote(*rank_args, _call=call.tag, **rank_kwargs)]
+            refs.append(out)
             ranks.append(rank)
         instrument.call_dispatched(call, shards)
         future = CallFuture(self, method, reg, call, state, refs, ranks)
@@ -73,7 +92,10 @@ class CallFuture:
 
     def __init__(self, group: WorkerGroup, method: str, reg: Registration, call, state, refs, ranks):
         self.group, self.method, self.reg, self.call = group, method, reg, call
-        self._state, self._refs, self._ranks = state, refs, ranks
+        # refs: per rank, its return slots (one, or a head and parts: see transport). A rank's
+        # slots are all ready when its task ends, so waiting watches the first of each.
+        self._state, self._slots, self._ranks = state, refs, ranks
+        self._refs = [r[0] for r in refs]
         self._done = False
         self._result = None
 
@@ -94,6 +116,7 @@ class CallFuture:
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         pending = list(self._refs)
+        got = {}
         try:
             while pending:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -101,8 +124,8 @@ class CallFuture:
                 done, pending = ray.wait(pending, num_returns=1, timeout=slice_s)
                 stop.check()   # SIGTERM/SIGINT: a safe point even while a rank hangs
                 if done:
-                    try:
-                        ray.get(done)  # raise the first failure now; peers may be stuck in a collective
+                    try:   # raise the first failure now; peers may be stuck in a collective
+                        got[done[0]] = ray.get(done[0])
                     except ray.exceptions.RayActorError as err:
                         raise self._rank_died(done[0], err) from None
                 elif deadline is not None and time.monotonic() >= deadline:
@@ -110,7 +133,11 @@ class CallFuture:
                 else:  # a slow call may be a rank paused at a breakpoint: say so
                     ranks = [r for r, ref in zip(self._ranks, self._refs) if ref in pending]
                     instrument.call_waiting(self.call, ranks, time.monotonic() - start)
-            outputs = ray.get(self._refs)
+            rest = ray.get([r for slots in self._slots for r in slots[1:]])
+            outputs, at = [], 0
+            for head, slots in zip(self._refs, self._slots):
+                outputs.append(transport.decode_result([got[head], *rest[at:at + len(slots) - 1]]))
+                at += len(slots) - 1
         except ray.exceptions.RayTaskError as err:
             instrument.call_failed(self.call, err)
             cause = getattr(err, "cause", None)
@@ -132,11 +159,12 @@ class CallFuture:
             instrument.call_failed(self.call, err)
             raise
         self._result = self.reg.mode.collect(outputs, self._state)
-        try:   # what the merge made of finite rank outputs (the ranks checked their own)
-            sentinel.check_merged(self.group.role, self.method, self.call.tag.step, self._result)
-        except sentinel.NonFinite as err:
-            instrument.call_failed(self.call, err)
-            raise
+        if not self.reg.mode.merges_only:
+            try:   # what a computing merge made of finite rank outputs (the ranks checked their own)
+                sentinel.check_merged(self.group.role, self.method, self.call.tag.step, self._result)
+            except sentinel.NonFinite as err:
+                instrument.call_failed(self.call, err)
+                raise
         self._done = True
         instrument.call_collected(self.call, result_summary(self._result))
         return self._result
