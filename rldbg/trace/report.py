@@ -55,22 +55,22 @@ class Trace:
         self.calls, self.transitions, self.driver_calls, self.steps = [], [], [], []
         self.mem: dict = defaultdict(list)       # (role, rank, series) -> [(ts, value)]
         self.ledger: dict = defaultdict(list)    # (role, rank, category) -> [(ts, value)]
+        lists = {"call": self.calls, "transition": self.transitions, "driver_call": self.driver_calls,
+                 "step": self.steps}
         for e in events:
-            ph, cat = e.get("ph"), e.get("cat")
+            ph = e.get("ph")
             if ph == "X":
+                cat = e.get("cat")
+                into = lists.get(cat)
+                if into is None:
+                    continue   # user spans and the like: not part of the analysis
                 a = e.get("args") or {}
-                s = {"name": e.get("name"), "ts": ts_ns(e["ts"]), "dur": ts_ns(e.get("dur", 0)),
-                     "role": a.get("role", names.get(e.get("pid"))), "rank": a.get("rank", 0),
-                     "step": a.get("step"), "method": a.get("method"), "flow": a.get("flow"), "args": a}
-                s["end"] = s["ts"] + s["dur"]
-                if cat == "call":
-                    self.calls.append(s)
-                elif cat == "transition":
-                    self.transitions.append(s)
-                elif cat == "driver_call" and "mode" in a:
-                    self.driver_calls.append(s)
-                elif cat == "step":
-                    self.steps.append(s)
+                if cat == "driver_call" and "mode" not in a:
+                    continue   # the dispatch/send/wait/recv parts of a driver call
+                t, d = ts_ns(e["ts"]), ts_ns(e.get("dur", 0))
+                into.append({"name": e.get("name"), "ts": t, "dur": d, "end": t + d,
+                             "role": a.get("role", names.get(e.get("pid"))), "rank": a.get("rank", 0),
+                             "step": a.get("step"), "method": a.get("method"), "flow": a.get("flow"), "args": a})
             elif ph == "C":
                 m = _RANK_COUNTER.match(str(e.get("name", "")))
                 role = names.get(e.get("pid"))
@@ -158,10 +158,13 @@ def controller_idle(t: Trace) -> dict:
 
 
 def memory_peaks(t: Trace) -> list:
-    peaks = {}
+    peaks, by_rank = {}, {}
     for s in t.calls + t.transitions:
-        series = t.mem_series(s["role"], s["rank"])
-        ts = [p[0] for p in series]
+        rr = (s["role"], s["rank"])
+        if rr not in by_rank:   # once per rank, not per call: a long run has 100k calls per rank
+            series = t.mem_series(*rr)
+            by_rank[rr] = (series, [p[0] for p in series])
+        series, ts = by_rank[rr]
         vals = [v for _, v in series[bisect.bisect_left(ts, s["ts"]):bisect.bisect_right(ts, s["end"])]]
         vals += [v for v in (s["args"].get("mem_before"), s["args"].get("mem_after")) if v is not None]
         if not vals:
@@ -204,8 +207,10 @@ def ranks(events: list[dict]) -> list:
              if e.get("ph") == "M" and e.get("name") == "process_name" and "args" in e}
     out = []
     for e in events:
+        if e.get("ph") != "M":
+            continue
         a = e.get("args") or {}
-        if e.get("ph") == "M" and e.get("name") == "thread_name" and "node_id" in a and e.get("pid") in names:
+        if e.get("name") == "thread_name" and "node_id" in a and e.get("pid") in names:
             role = names[e["pid"]]
             out.append({"role": role, "rank": 0 if role == "driver" else int(e.get("tid", 1)) - 1,
                         "node": a.get("node_id") or "", "ip": a.get("node_ip") or "", "pid": a.get("pid")})
