@@ -24,6 +24,7 @@ from operator import itemgetter
 
 from rldbg.trace.clock import batch_offset, uncertainty
 from rldbg.trace.events import DRIVER_CALL, INSTANT, SLICE, decode
+from rldbg.trace.load import no_gc
 from rldbg.trace.spill import iter_records, read_meta
 
 _dumps = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
@@ -122,7 +123,7 @@ KEEP_DECODED = 2_000_000   # events pass 1 keeps decoded for pass 2 (about 0.5 G
 def _index(spill_dir: str, align: bool = True, damage: list | None = None) -> _Index:
     idx = _Index(read_meta(spill_dir))
     kept: list | None = []
-    for meta, evs in iter_records(spill_dir, damage):
+    for meta, evs in iter_records(spill_dir, damage, tuples=True):
         if kept is not None:
             kept.append((meta, evs))
             if idx.n + len(evs) > KEEP_DECODED:
@@ -155,6 +156,11 @@ def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool =
     writes one, locate(role, rank) -> (pid, tid, clock offset ns to add to that rank's own
     timestamps) or None places it on a rank's track. The
     exporter knows nothing of who adds them (rldbg.trace.session passes the torch.profiler merge)."""
+    with no_gc():
+        return _export(spill_dir, out_path, extra, align_clocks, damage)
+
+
+def _export(spill_dir: str, out_path: str, extra, align_clocks: bool, damage: list | None) -> dict:
     idx = _index(spill_dir, align_clocks, damage)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)) or ".", exist_ok=True)
     flow_ids: dict = {}
@@ -182,7 +188,7 @@ def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool =
             return flow_ids.setdefault((flow, role, rank), len(flow_ids) + 1)
 
         fmt = _Formatter(idx, nodes, flow_id, flow_ids)
-        batches, idx.kept = (idx.kept if idx.kept is not None else iter_records(spill_dir)), None
+        batches, idx.kept = (idx.kept if idx.kept is not None else iter_records(spill_dir, tuples=True)), None
         for meta, evs in batches:
             if not evs:
                 continue
@@ -256,7 +262,7 @@ class _Formatter:
         """The JSON texts of a batch's events (a driver call expands into several), in order."""
         base = off - self.idx.origin
         cache, template, enc, flow_id, flow_ids = self.cache, self._template, _enc, self.flow_id, self.flow_ids
-        out = []
+        out, r3 = [], _R3
         app = out.append
         for ev in evs:
             ph, cat, name, ts, dur, role, rank, stp, method, flow, args = ev
@@ -270,6 +276,7 @@ class _Formatter:
                     continue   # an unknown phase: not written, as before
                 t = template(key)
             q, r = divmod(ts + base, 1000)
+            r = r3[r]
             if ph == "X":
                 if not args:
                     aj = t[1]
@@ -281,14 +288,15 @@ class _Formatter:
                         a.setdefault(k, v)
                     aj = _dumps(a)
                 dq, dr = divmod(dur, 1000)
+                dr = r3[dr]
                 if flow is not None and cat == "call":
                     fid = flow_ids.get((flow, role, rank)) or flow_id(flow, role, rank)
-                    app(f'{t[0]}{q}.{r:03d}","dur":"{dq}.{dr:03d}","args":{aj},'
+                    app(f'{t[0]}{q}.{r}","dur":"{dq}.{dr}","args":{aj},'
                         f'"bind_id":{fid},"flow_in":true,"flow_out":true}}')
                 else:
-                    app(f'{t[0]}{q}.{r:03d}","dur":"{dq}.{dr:03d}","args":{aj}}}')
+                    app(f'{t[0]}{q}.{r}","dur":"{dq}.{dr}","args":{aj}}}')
             elif ph == "C":
-                app(f'{t[0]}{q}.{r:03d}","args":{"".join(enc(args, 0))}}}')
+                app(f'{t[0]}{q}.{r}","args":{"".join(enc(args, 0))}}}')
             else:
                 if not args:
                     aj = t[1]
@@ -296,7 +304,7 @@ class _Formatter:
                     aj = "".join(enc(args, 0))[:-1] + "," + t[2] + "}"
                 else:
                     aj = _dumps(dict(args, role=role, rank=rank, step=stp))
-                app(f'{t[0]}{q}.{r:03d}","args":{aj}}}')
+                app(f'{t[0]}{q}.{r}","args":{aj}}}')
         return out
 
     def _driver_call(self, raw, off: int, app) -> None:
@@ -309,6 +317,7 @@ class _Formatter:
 
 
 _TEMPLATED = frozenset((SLICE, INSTANT, "C"))
+_R3 = [f"{i:03d}" for i in range(1000)]   # the ns digits of a µs time
 
 
 def _where(idx: _Index, role: str, rank: int) -> dict:

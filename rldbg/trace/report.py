@@ -14,7 +14,7 @@ from collections import defaultdict
 from rldbg import sentinel
 from rldbg.memory.leaks import describe, leak_suspicions, observe
 from rldbg.trace.events import moves
-from rldbg.trace.load import TraceFileError, load_events, ts_ns
+from rldbg.trace.load import TraceFileError, load_events, no_gc, ts_ns
 
 STRAGGLER_RATIO = 1.5
 # A straggler is named only with evidence: at least this many calls (a one-off init_model that
@@ -55,6 +55,7 @@ class Trace:
         self.calls, self.transitions, self.driver_calls, self.steps = [], [], [], []
         self.mem: dict = defaultdict(list)       # (role, rank, series) -> [(ts, value)]
         self.ledger: dict = defaultdict(list)    # (role, rank, category) -> [(ts, value)]
+        counters: dict = {}
         lists = {"call": self.calls, "transition": self.transitions, "driver_call": self.driver_calls,
                  "step": self.steps}
         for e in events:
@@ -72,14 +73,18 @@ class Trace:
                              "role": a.get("role", names.get(e.get("pid"))), "rank": a.get("rank", 0),
                              "step": a.get("step"), "method": a.get("method"), "flow": a.get("flow"), "args": a})
             elif ph == "C":
-                m = _RANK_COUNTER.match(str(e.get("name", "")))
+                name = e.get("name", "")
+                m = counters.get(name, False)
+                if m is False:   # a counter track's name is matched once, not per sample
+                    m = counters[name] = _RANK_COUNTER.match(str(name))
                 role = names.get(e.get("pid"))
                 if not m or role is None:
                     continue
                 rank, kind = int(m.group(1)), m.group(2)
+                target = self.mem if kind == "memory" else self.ledger
+                t = ts_ns(e["ts"])
                 for series, v in (e.get("args") or {}).items():
-                    target = self.mem if kind == "memory" else self.ledger
-                    target[(role, rank, series)].append((ts_ns(e["ts"]), v))
+                    target[(role, rank, series)].append((t, v))
         for d in (self.mem, self.ledger):
             for v in d.values():
                 v.sort()
@@ -229,6 +234,11 @@ def clock(events: list[dict]) -> dict | None:
 
 
 def analyse(path: str) -> dict:
+    with no_gc():
+        return _analyse(path)
+
+
+def _analyse(path: str) -> dict:
     events = load_events(path)
     t = Trace(events)
     return {"trace": path, "ranks": ranks(events), "clock": clock(events), "time": role_shares(t), **stragglers(t),

@@ -105,36 +105,39 @@ def record(meta_bytes: bytes, events_bytes: bytes) -> bytes:
     return _HEAD.pack(MAGIC, len(meta_bytes), len(events_bytes), crc)
 
 
-def decode_events(data) -> list:
+def decode_events(data, tuples: bool = False) -> list:
     """A msgpack events array (as the shipper sends it) -> list of event lists (as JSON gave them:
-    lists inside args stay lists)."""
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    lists inside args stay lists), or with tuples=True a tuple of tuples (cheaper to build; for
+    readers that only write them out again, like the exporter)."""
+    return msgpack.unpackb(data, use_list=not tuples, raw=False, strict_map_key=False)
 
 
-def _valid_event(ev) -> bool:
-    return (type(ev) is list and len(ev) == EVENT_FIELDS and isinstance(ev[0], str)
+def _valid_event(ev, seq=list) -> bool:
+    return (type(ev) is seq and len(ev) == EVENT_FIELDS and isinstance(ev[0], str)
             and type(ev[3]) is int and type(ev[4]) is int and type(ev[6]) is int)
 
 
 _PH, _TS, _DUR, _RANK = itemgetter(0), itemgetter(3), itemgetter(4), itemgetter(6)
 
 
-def _check(evs) -> list:
+def _check(evs, seq=list):
     """The batch's valid events (the batch itself when all are: the common case, checked at C speed)."""
-    if type(evs) is not list:
-        return []
+    if type(evs) is not seq:
+        return seq()
     try:
-        if set(map(type, evs)) <= {list} and set(map(len, evs)) <= {EVENT_FIELDS}:
+        if set(map(type, evs)) <= {seq} and set(map(len, evs)) <= {EVENT_FIELDS}:
             if (set(map(type, map(_PH, evs))) <= {str} and set(map(type, map(_TS, evs))) <= {int}
                     and set(map(type, map(_DUR, evs))) <= {int} and set(map(type, map(_RANK, evs))) <= {int}):
                 return evs
     except TypeError:
         pass
-    return [ev for ev in evs if _valid_event(ev)]
+    return seq(ev for ev in evs if _valid_event(ev, seq))
 
 
-def iter_records(spill_dir: str, damage: list | None = None) -> Iterator[tuple[dict, list]]:
-    """(batch meta, valid event lists) for each readable record, in arrival order."""
+def iter_records(spill_dir: str, damage: list | None = None, tuples: bool = False) -> Iterator[tuple[dict, list]]:
+    """(batch meta, valid event lists) for each readable record, in arrival order; with
+    tuples=True the events (and any lists inside them) are tuples."""
+    seq = tuple if tuples else list
     for path in event_files(spill_dir):
         with open(path, "rb") as f:
             data = f.read()
@@ -178,7 +181,7 @@ def iter_records(spill_dir: str, damage: list | None = None) -> Iterator[tuple[d
                 continue
             try:
                 meta = msgpack.unpackb(mb, raw=False, strict_map_key=False)
-                evs = decode_events(eb)
+                evs = decode_events(eb, tuples)
                 if not isinstance(meta, dict):
                     raise ValueError("not a batch record")
             except Exception as e:
@@ -186,9 +189,9 @@ def iter_records(spill_dir: str, damage: list | None = None) -> Iterator[tuple[d
                     damage.append((path, at, f"unreadable record ({str(e)[:80]})"))
                 at = end
                 continue
-            good = _check(evs)
-            if len(good) != (len(evs) if type(evs) is list else -1) and damage is not None:
-                bad = len(evs) - len(good) if type(evs) is list else "all"
+            good = _check(evs, seq)
+            if len(good) != (len(evs) if type(evs) is seq else -1) and damage is not None:
+                bad = len(evs) - len(good) if type(evs) is seq else "all"
                 damage.append((path, at, f"{bad} malformed event(s) in a batch"))
             at = end
             yield meta, good
