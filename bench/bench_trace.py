@@ -1,13 +1,19 @@
-"""Tracing cost, measured in one run: python bench/bench_trace.py [--events N]
+"""Tracing cost, measured in one run: python bench/bench_trace.py [--events N] [--shipped N]
 
 Prints ns per recorded span / instant / counter with tracing on (recording into the real
 per-process buffer; shipping happens on the flusher thread and is not on this path), the no-op
-cost with tracing off, and export speed for N events (default 1M) from a spill directory.
+cost with tracing off, a traced span end to end (recorded in a process attached to a real
+collector on a local Ray, shipped and acknowledged: the process's CPU per event, recording and
+the shipper's packing and sending together), export speed for N events (default 1M) from a
+spill directory, and `rldbg report` (a subprocess, as a user runs it) on that trace. Each
+figure prints its goal (issue 12) beside it.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -15,6 +21,7 @@ import rldbg
 from rldbg import instrument as ri
 from rldbg.trace import events as ev, runtime
 from rldbg.trace.export import export_spill
+from rldbg.trace.clock import CONNECT_SAMPLES
 from rldbg.trace.recorder import Recorder
 from rldbg.trace.spill import SpillWriter
 
@@ -144,11 +151,62 @@ def export_speed(n_events: int, out_dir: str) -> dict:
     w.close()
     out = {}
     for ext in (".json", ".json.gz"):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         export_spill(spill, os.path.join(out_dir, "bench" + ext))
-        dt = time.perf_counter() - t0
-        out[ext] = {"seconds": dt, "events_per_s": n_events / dt}
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        out[ext] = {"seconds": dt, "cpu_seconds": cpu, "events_per_s": n_events / dt}
     return out
+
+
+def report_speed(trace: str) -> dict:
+    """`rldbg report` on the trace as a user runs it: a fresh process, imports included."""
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "rldbg", "report", trace], capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"rldbg report failed (rc {r.returncode}): {r.stderr.strip()[-500:]}")
+    return {"seconds": dt}
+
+
+def shipped_cost(n: int) -> dict:
+    """A traced span end to end: n spans recorded in this process, attached to a real collector
+    on a local Ray, then shipped (msgpack-packed and sent by the shipper, as its flusher thread
+    does) and acknowledged by the collector. Recording and shipping are timed apart (the
+    flusher's interval is set past the loop, so nothing ships during it): this process's CPU
+    per event for each, summed for the figure, and the wall time until the collector holds all."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+    from rldbg.trace import session
+    # address="local": always a cluster of our own, never one found running on this machine
+    ray.init(address="local", num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1",
+             logging_level="ERROR")
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            session.start(os.path.join(d, "shipped.json"), memory_hz=0, buffer_events=4 * n, flush_interval=3600)
+            collector = session._session["collector"]
+            # The flusher's connect (hello, clock samples, a first round) ends before the loop, so
+            # that nothing ships during it; it is not per-event cost either.
+            shipper, t_wait = runtime.STATE.shipper, time.monotonic() + 30
+            while len(shipper.clock.samples) < CONNECT_SAMPLES and time.monotonic() < t_wait:
+                time.sleep(0.05)
+            time.sleep(0.5)
+            runtime.flush(block=True)
+            before = ray.get(collector.stats.remote())["events"]
+            c0, t0 = time.process_time(), time.perf_counter()
+            _spans(n)
+            c1 = time.process_time()
+            runtime.flush(block=True)
+            c2 = time.process_time()
+            while ray.get(collector.stats.remote())["events"] - before < n:
+                if time.perf_counter() - t0 > 120:
+                    raise SystemExit("shipped_cost: the collector did not acknowledge every event in 120 s")
+                time.sleep(0.01)
+            wall = time.perf_counter() - t0
+            session.stop(export=False)
+    finally:
+        ray.shutdown()
+    rec, ship = (c1 - c0) / n * 1e9, (c2 - c1) / n * 1e9
+    return {"ns_per_event": rec + ship, "recording_ns": rec, "shipping_ns": ship, "wall_s": wall}
 
 
 # --- for the lead: traced-vs-untraced demo step ratio (fill in once the trainer exists) ---------
@@ -175,6 +233,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--ops", type=int, default=200_000)
+    ap.add_argument("--shipped", type=int, default=200_000, help="spans for the end-to-end figure (0: skip)")
     a = ap.parse_args()
     c = recording_costs(a.ops)
     print("per-event recording cost, ns (best of 5 runs, loop overhead subtracted):")
@@ -185,9 +244,20 @@ def main() -> None:
             print(f"  tracing {mode:<3} {k:<32} {v:8.0f} ns{verdict}")
     for k, v in c["floor"].items():
         print(f"  python floor: {k:<32} {v:5.0f} ns")
+    if a.shipped:
+        s = shipped_cost(a.shipped)
+        print(f"traced span end to end (record + ship + collect), {a.shipped:,} spans: {s['ns_per_event']:6.0f} ns "
+              f"of this process's CPU per event (recording {s['recording_ns']:.0f} + shipping {s['shipping_ns']:.0f}; all acknowledged "
+              f"after {s['wall_s']:.2f} s)   goal <= 1,000 ns")
     with tempfile.TemporaryDirectory() as d:
+        per_m = 1_000_000 / a.events
         for ext, v in export_speed(a.events, d).items():
-            print(f"export {a.events:,} events to {ext:<8} {v['seconds']:6.2f} s  ({v['events_per_s']:,.0f} events/s)")
+            goal = f"   goal: 1M events <= 1.5 s (here {v['seconds'] * per_m:.2f} s per 1M)" if ext == ".json" else ""
+            print(f"export {a.events:,} events to {ext:<8} {v['seconds']:6.2f} s  ({v['events_per_s']:,.0f} events/s, "
+                  f"{v['cpu_seconds']:.2f} s CPU){goal}")
+        r = report_speed(os.path.join(d, "bench.json"))
+        print(f"rldbg report on the {a.events:,}-event trace  {r['seconds']:6.2f} s   goal: 1M events <= 3 s "
+              f"(here {r['seconds'] * per_m:.2f} s per 1M)")
 
 
 if __name__ == "__main__":

@@ -177,29 +177,67 @@ def _synthetic_spill(d: Path, batches=4, per=5) -> Path:
     return d
 
 
+def _record_ends(data: bytes) -> list:
+    """Where each record of a binary spill file ends (rldbg.trace.spill's header: magic + 3 uint32)."""
+    import struct
+    ends, at = [], 0
+    while at < len(data):
+        _, mlen, elen, _ = struct.unpack_from("<4sIII", data, at)
+        at += 16 + mlen + elen
+        ends.append(at)
+    return ends
+
+
 def test_a_spill_damaged_anywhere_keeps_every_valid_record(tmp_path):
+    from rldbg.trace.spill import encode_events
     spill = _synthetic_spill(tmp_path / "s.spill")
-    path = spill / "events-1.jsonl"
+    path = spill / "events-1.rlb"
     good = path.read_bytes()
-    ends = [i + 1 for i, c in enumerate(good) if c == ord("\n")]
+    ends = _record_ends(good)
+    assert len(ends) == 4 and ends[-1] == len(good)
     for cut in range(len(good) + 1):   # a crash may stop the writer at any byte
         path.write_bytes(good[:cut])
         damage = []
         got = list(iter_batches(str(spill), damage))
-        whole = cut + 1 in ends   # cut just before a newline: the record itself is complete, and kept
-        assert len(got) == sum(1 for e in ends if e <= cut) + whole
-        assert bool(damage) == (cut not in ends and cut != 0 and not whole), cut
-    # garbage appended, invalid UTF-8 in between, a malformed event: all named, the rest recovered
+        assert len(got) == sum(1 for e in ends if e <= cut), cut
+        assert bool(damage) == (cut not in ends and cut != 0), cut
+        assert all(what == "torn last record" for _, _, what in damage), (cut, damage)
+    # garbage in between, a record with a malformed event, a record with one byte flipped (its
+    # checksum fails), a torn last record: each named, every valid record recovered
     mid = ends[1]
-    path.write_bytes(good[:mid] + b"\xf5\xfe\x00junk\n" + good[mid:] + b'{"events": [["X"]]}\n{"pid": 1, "ev')
+    w = SpillWriter(str(tmp_path / "m.spill"), {"origin_ns": 1})
+    w.write_raw({"pid": 1, "host": "h"}, encode_events([["X"], ["i", "user", "ok", 2_000_000, 0, "driver", 0,
+                                                                None, None, None, {}]]))
+    w.close()
+    malformed = (tmp_path / "m.spill" / "events-1.rlb").read_bytes()
+    flipped = bytearray(good[:ends[0]])
+    flipped[-3] ^= 0xFF
+    path.write_bytes(good[:mid] + b"\xf5\xfe\x00junk\n" + good[mid:] + malformed + bytes(flipped) + good[:40])
+    damage = []
+    got = list(iter_batches(str(spill), damage))
+    assert sum(len(b["events"]) for b in got) == 21 and [d[2] for d in damage] == [
+        "8 unreadable byte(s)", "1 malformed event(s) in a batch", "corrupt record (checksum mismatch)",
+        "torn last record"]
     r = _cli("export", str(spill), "-o", str(tmp_path / "t.json"))
     assert r.returncode == 0, r.stderr
-    assert "wrote" in r.stdout and "(20 events)" in r.stdout
+    assert "wrote" in r.stdout and "(21 events)" in r.stdout
     warn = _one_line(r.stderr)
-    assert f"{path} at byte {mid}" in warn and "torn last line" in warn and "malformed event" in warn
+    assert (f"{path} at byte {mid}: 8 unreadable byte(s)" in warn and "malformed event" in warn
+            and "checksum mismatch" in warn and "(+1 more)" in warn), warn
     (spill / "meta.json").write_bytes(b'{"origin_ns": 1')
     r = _cli("export", str(spill), "-o", str(tmp_path / "t2.json"))
     assert r.returncode == 2 and f"{spill / 'meta.json'}: damaged" in _one_line(r.stderr)
+
+
+def test_a_spill_in_the_old_json_lines_format_is_one_line_error(tmp_path):
+    spill = tmp_path / "old.spill"
+    spill.mkdir()
+    (spill / "meta.json").write_text(json.dumps({"origin_ns": 1, "job_id": "01000000"}))
+    (spill / "events-1.jsonl").write_text(json.dumps({"pid": 1, "events": [["i", "u", "x", 5, 0, "driver", 0,
+                                                                             None, None, None, {}]]}) + "\n")
+    r = _cli("export", str(spill), "-o", str(tmp_path / "t.json"))
+    assert r.returncode == 2 and "old JSON-lines format" in _one_line(r.stderr), r.stderr
+    assert not (tmp_path / "t.json").exists()
 
 
 def test_report_on_a_truncated_or_malformed_trace_says_so_first(tmp_path):

@@ -1,9 +1,9 @@
 """rldbg export [--address ADDR [--collector NAME] | SPILL_DIR] -o trace.json[.gz]
 
-A damaged spill (a torn line, garbage appended, invalid UTF-8, malformed events) is recovered:
+A damaged spill (a torn record, garbage, a record failing its checksum, malformed events) is recovered:
 every valid batch and event is exported, and a warning on stderr names each damaged file and
 byte offset; the exit status stays 0 because the trace written holds everything recoverable.
-A damaged meta.json is a one-line error naming it (rc 2)."""
+A damaged meta.json, or a spill in the old JSON-lines format, is a one-line error naming it (rc 2)."""
 from __future__ import annotations
 
 import os
@@ -49,8 +49,8 @@ def run(args) -> int:
         return 2
     try:
         spill = args.spill_dir or _spill_from_cluster(args.address, args.collector)
-        damage = _damage(spill)
-        info = export_spill(spill, args.output)
+        damage: list = []
+        info = export_spill(spill, args.output, damage=damage)   # one read of the spill, damage noted on the way
     except (FileNotFoundError, ValueError) as e:
         print(f"rldbg export: {e}", file=sys.stderr)
         return 2
@@ -61,11 +61,3 @@ def run(args) -> int:
     print(f"wrote {info['path']} ({info['events']} events)")
     return 0
 
-
-def _damage(spill: str) -> list:
-    from rldbg.trace.spill import iter_batches, read_meta
-    read_meta(spill)   # a damaged meta.json: one line naming it
-    damage: list = []
-    for _ in iter_batches(spill, damage):
-        pass
-    return damage

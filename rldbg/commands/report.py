@@ -37,6 +37,8 @@ def recorded_losses(events: list) -> str | None:
 
 
 def run(args) -> int:
+    import gc
+    gc.disable()   # a short-lived process holding a million acyclic dicts: GC passes would only walk them
     from rldbg.trace.load import TraceFileError, load_trace
     from rldbg.trace.report import analyse, render
     try:

@@ -15,11 +15,10 @@ passes the gap to close().
 """
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 
-from rldbg.trace.spill import SpillWriter
+from rldbg.trace.spill import SpillWriter, decode_events
 
 NAMESPACE = "rldbg"
 NAME_PREFIX = "rldbg-collector-"
@@ -52,8 +51,8 @@ class Collector:
         return t1, time.time_ns()
 
     def ingest(self, meta: dict, events) -> int:
-        """One batch: `events` is a list of event lists, or (what shippers send) the JSON array of
-        them as bytes with the count in meta["n"], written to the spill as is."""
+        """One batch: `events` is a list of events, or (what shippers send) the msgpack array of
+        them as bytes (rldbg.trace.spill) with the count in meta["n"], written to the spill as is."""
         key = f"{meta.get('host')}:{meta.get('pid')}"
         if self.writer.f is None:   # closed by stop(): late batches are not part of this trace
             if key in self.procs:
@@ -96,7 +95,7 @@ class Collector:
             if start + n <= cursor:
                 continue
             if isinstance(evs, (bytes, bytearray)):
-                evs = json.loads(evs)
+                evs = decode_events(evs)
             take = evs[cursor - start: cursor - start + limit - len(out)]
             out.extend(take)
             cursor += len(take)

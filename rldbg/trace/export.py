@@ -19,12 +19,20 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from json.encoder import c_make_encoder, encode_basestring
+from operator import itemgetter
 
 from rldbg.trace.clock import batch_offset, uncertainty
-from rldbg.trace.events import COUNTER, DRIVER_CALL, INSTANT, SLICE, decode
-from rldbg.trace.spill import iter_batches, iter_events, read_meta
+from rldbg.trace.events import DRIVER_CALL, INSTANT, SLICE, decode
+from rldbg.trace.load import no_gc
+from rldbg.trace.spill import iter_records, read_meta
 
 _dumps = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
+# The C encoder built once (JSONEncoder.encode builds one per call): the same output as _dumps.
+_enc = c_make_encoder(None, str, encode_basestring, None, ":", ",", False, False, True)
+
+
+_TS, _ROLE_RANK = itemgetter(3), itemgetter(5, 6)
 
 
 def _us(ns: int) -> str:
@@ -53,6 +61,7 @@ class _Index:
         self.first: dict[str, int] = {}           # "host:pid" -> its earliest timestamp
         self.offsets: dict[str, int] = {}         # "host:pid" -> ns to add to its timestamps
         self.n = 0
+        self.kept: list | None = None   # pass 1's decoded batches, when few enough
 
     def see_batch(self, batch: dict) -> str:
         """Note the batch's process and its clock estimate; returns the process key."""
@@ -67,19 +76,23 @@ class _Index:
             p["clock_offset_ns"], p["clock_uncertainty_ns"] = batch_offset(batch), u
         return key
 
-    def see(self, key: str, raw: list) -> None:
-        ev = decode(raw)
-        ts, role, rank = ev.ts_ns, ev.role, ev.rank
-        if key in self.procs:
-            self.rank_proc[(role, rank)] = key
-        self.n += 1
+    def see_batch_events(self, key: str, evs) -> None:
+        """A batch's (valid) events, taken column-wise at C speed where it can be."""
+        self.n += len(evs)
+        ts = min(map(_TS, evs))
         if key not in self.first or ts < self.first[key]:
             self.first[key] = ts
-        if role not in self.roles:
-            self.roles[role] = len(self.roles) + 1
-        self.ranks.setdefault(role, set()).add(rank)
-        if ev.ph == SLICE and ev.cat == "call" and ev.flow is not None:
-            self.rank_ends.setdefault(ev.flow, {})[(role, rank)] = (ts + ev.dur_ns, key)
+        known = key in self.procs
+        for role, rank in dict.fromkeys(map(_ROLE_RANK, evs)):   # first-seen order: stable pids
+            if known:
+                self.rank_proc[(role, rank)] = key
+            if role not in self.roles:
+                self.roles[role] = len(self.roles) + 1
+            self.ranks.setdefault(role, set()).add(rank)
+        ends = self.rank_ends
+        for ev in evs:
+            if ev[1] == "call" and ev[0] == SLICE and ev[9] is not None:
+                ends.setdefault(ev[9], {})[(ev[5], ev[6])] = (ev[3] + ev[4], key)
 
     def finish(self, align: bool) -> None:
         """One offset per process, its best estimate (smallest round trip): the same shift for all
@@ -104,45 +117,61 @@ class _Index:
                               for k, p in sorted(self.procs.items())}}
 
 
-def _index(spill_dir: str, align: bool = True) -> _Index:
+KEEP_DECODED = 2_000_000   # events pass 1 keeps decoded for pass 2 (about 0.5 GB); beyond, pass 2 rereads
+
+
+def _index(spill_dir: str, align: bool = True, damage: list | None = None) -> _Index:
     idx = _Index(read_meta(spill_dir))
-    for batch in iter_batches(spill_dir):
-        key = idx.see_batch(batch)
-        for ev in batch.get("events", ()):
-            idx.see(key, ev)
-        if batch.get("dropped"):
-            idx.drops[key] = [batch["dropped"], batch.get("t_sent", 0)]
+    kept: list | None = []
+    for meta, evs in iter_records(spill_dir, damage, tuples=True):
+        if kept is not None:
+            kept.append((meta, evs))
+            if idx.n + len(evs) > KEEP_DECODED:
+                kept = None
+        key = idx.see_batch(meta)
+        if evs:
+            idx.see_batch_events(key, evs)
+        if meta.get("dropped"):
+            idx.drops[key] = [meta["dropped"], meta.get("t_sent", 0)]
     idx.finish(align)
+    idx.kept = kept
     return idx
 
 
 def _open(path: str):
     if path.endswith(".gz"):
-        return gzip.open(path, "wt", encoding="utf-8", compresslevel=3)
+        # Level 1: about twice level 3's speed for a few % more bytes; the trace is written once.
+        return gzip.open(path, "wb", compresslevel=1)
     if path.endswith(".json"):
-        return open(path, "w", encoding="utf-8")
+        return open(path, "wb")
     raise ValueError(f"output {path!r} must end in .json or .json.gz")
 
 
-def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool = True) -> dict:
+def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool = True,
+                 damage: list | None = None) -> dict:
     """Write the trace; returns {"events": n_in, "written": n_out, "path": out_path}.
     align_clocks=False writes each process's own timestamps (to see what the correction did).
+    `damage`, when given, receives the spill's damaged regions (rldbg.trace.spill.iter_records).
     `extra(put, locate, origin_ns)` may add events of its own before the trailer: put(event dict)
     writes one, locate(role, rank) -> (pid, tid, clock offset ns to add to that rank's own
     timestamps) or None places it on a rank's track. The
     exporter knows nothing of who adds them (rldbg.trace.session passes the torch.profiler merge)."""
-    idx = _index(spill_dir, align_clocks)
+    with no_gc():
+        return _export(spill_dir, out_path, extra, align_clocks, damage)
+
+
+def _export(spill_dir: str, out_path: str, extra, align_clocks: bool, damage: list | None) -> dict:
+    idx = _index(spill_dir, align_clocks, damage)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)) or ".", exist_ok=True)
     flow_ids: dict = {}
     written = 0
     with _open(out_path) as f:
         def put(obj: dict) -> None:
             nonlocal written
-            f.write(_dumps(obj))
-            f.write(",\n")
+            f.write((_dumps(obj) + ",\n").encode("utf-8", "replace"))
             written += 1
 
-        f.write("[\n")
+        f.write(b"[\n")
         for role, pid in idx.roles.items():
             put({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": role}})
             for rank in sorted(idx.ranks.get(role, ())):
@@ -158,40 +187,16 @@ def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool =
         def flow_id(flow, role, rank) -> int:
             return flow_ids.setdefault((flow, role, rank), len(flow_ids) + 1)
 
-        last_batch, off = None, 0
-        for batch, raw in iter_events(spill_dir):
-            if batch is not last_batch:
-                last_batch, off = batch, idx.offsets.get(_key(batch), 0)
-            ev = decode(raw)
-            if off:
-                ev = ev._replace(ts_ns=ev.ts_ns + off)
-                if ev.ph == DRIVER_CALL and ev.args and ev.args.get("t_dispatched"):
-                    ev = ev._replace(args=dict(ev.args, t_dispatched=int(ev.args["t_dispatched"]) + off))
-            ph, cat, name, ts, dur, role, rank, stp, method, flow, args = ev
-            pid, tid, rel = idx.roles[role], rank + 1, ts - idx.origin
-            if ph == SLICE:
-                a = dict(args or {})
-                a.setdefault("role", role)
-                a.setdefault("rank", rank)
-                if stp is not None:
-                    a.setdefault("step", stp)
-                if method is not None:
-                    a.setdefault("method", method)
-                if cat == "call" and (role, rank) in nodes:
-                    a.setdefault("node", nodes[(role, rank)][0])
-                    a.setdefault("ip", nodes[(role, rank)][1])
-                e = {"ph": "X", "pid": pid, "tid": tid, "cat": cat, "name": name, "ts": _us(rel),
-                     "dur": _us(dur), "args": a}
-                if cat == "call" and flow is not None:
-                    e.update(bind_id=flow_id(flow, role, rank), flow_in=True, flow_out=True)
-                put(e)
-            elif ph == DRIVER_CALL:
-                _driver_call(put, ev, idx, flow_id)
-            elif ph == COUNTER:
-                put({"ph": "C", "pid": pid, "name": f"rank {rank} {name}", "ts": _us(rel), "args": args})
-            elif ph == INSTANT:
-                put({"ph": "i", "s": "t", "pid": pid, "tid": tid, "cat": cat, "name": name, "ts": _us(rel),
-                     "args": dict(args or {}, role=role, rank=rank, step=stp)})
+        fmt = _Formatter(idx, nodes, flow_id, flow_ids)
+        batches, idx.kept = (idx.kept if idx.kept is not None else iter_records(spill_dir, tuples=True)), None
+        for meta, evs in batches:
+            if not evs:
+                continue
+            off = idx.offsets.get(_key(meta), 0)
+            parts = fmt.batch(evs, off)
+            if parts:
+                f.write((",\n".join(parts) + ",\n").encode("utf-8", "replace"))
+                written += len(parts)
         if extra is not None:
             def locate(role, rank):
                 if rank not in idx.ranks.get(role, ()):
@@ -206,10 +211,113 @@ def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool =
                  "ts": _us(rel), "args": {"process": key, "dropped": dropped}})
         # Last line carries no trailing comma; a writer that dies before it leaves a truncated
         # array, which Perfetto and rldbg report still read.
-        f.write(_dumps({"ph": "C", "pid": 1, "name": "rldbg dropped events", "ts": "0.000",
-                        "args": {"total": total}}) + "\n]\n")
+        f.write((_dumps({"ph": "C", "pid": 1, "name": "rldbg dropped events", "ts": "0.000",
+                         "args": {"total": total}}) + "\n]\n").encode("utf-8"))
         written += 1
     return {"events": idx.n, "written": written, "path": out_path}
+
+
+_SLICE_KEYS = frozenset(("role", "rank", "step", "method", "node", "ip"))
+_INSTANT_KEYS = frozenset(("role", "rank", "step"))
+_CACHE_MAX = 200_000   # distinct templates kept; beyond it the cache starts over
+
+
+class _Formatter:
+    """Chrome JSON text for a batch of events, by string templates: for each distinct
+    (ph, cat, name, role, rank, step, method) the JSON of everything but the times and the
+    event's own args is built once and cached; per event only the times, and args when it has
+    any, are formatted. The output is byte for byte what json.dumps of the event's dict writes
+    (same keys, same order); an event whose args carry a key the exporter also sets takes the
+    dict path, so its args win as before."""
+
+    def __init__(self, idx: _Index, nodes: dict, flow_id, flow_ids: dict):
+        self.idx, self.nodes, self.flow_id, self.flow_ids = idx, nodes, flow_id, flow_ids
+        self.cache: dict = {}   # key -> (prefix up to the ts digits, args JSON, args without braces, defaults)
+
+    def _template(self, key) -> tuple:
+        ph, cat, name, role, rank, stp, method = key
+        pid, tid = self.idx.roles[role], rank + 1
+        if ph == SLICE:
+            a = {"role": role, "rank": rank}
+            if stp is not None:
+                a["step"] = stp
+            if method is not None:
+                a["method"] = method
+            if cat == "call" and (role, rank) in self.nodes:
+                a["node"], a["ip"] = self.nodes[(role, rank)]
+            pre = f'{{"ph":"X","pid":{pid},"tid":{tid},"cat":{_dumps(cat)},"name":{_dumps(name)},"ts":"'
+        elif ph == INSTANT:
+            a = {"role": role, "rank": rank, "step": stp}
+            pre = f'{{"ph":"i","s":"t","pid":{pid},"tid":{tid},"cat":{_dumps(cat)},"name":{_dumps(name)},"ts":"'
+        else:   # COUNTER
+            a = {}
+            pre = f'{{"ph":"C","pid":{pid},"name":{_dumps(f"rank {rank} {name}")},"ts":"'
+        full = _dumps(a)
+        if len(self.cache) > _CACHE_MAX:
+            self.cache.clear()
+        t = self.cache[key] = (pre, full, full[1:-1], a)
+        return t
+
+    def batch(self, evs, off: int) -> list:
+        """The JSON texts of a batch's events (a driver call expands into several), in order."""
+        base = off - self.idx.origin
+        cache, template, enc, flow_id, flow_ids = self.cache, self._template, _enc, self.flow_id, self.flow_ids
+        out, r3 = [], _R3
+        app = out.append
+        for ev in evs:
+            ph, cat, name, ts, dur, role, rank, stp, method, flow, args = ev
+            if ph == "D":
+                self._driver_call(ev, off, app)
+                continue
+            key = (ph, cat, name, role, rank, stp, method)
+            t = cache.get(key)
+            if t is None:
+                if ph not in _TEMPLATED:
+                    continue   # an unknown phase: not written, as before
+                t = template(key)
+            q, r = divmod(ts + base, 1000)
+            r = r3[r]
+            if ph == "X":
+                if not args:
+                    aj = t[1]
+                elif type(args) is dict and _SLICE_KEYS.isdisjoint(args):
+                    aj = "".join(enc(args, 0))[:-1] + "," + t[2] + "}"
+                else:
+                    a = dict(args)
+                    for k, v in t[3].items():
+                        a.setdefault(k, v)
+                    aj = _dumps(a)
+                dq, dr = divmod(dur, 1000)
+                dr = r3[dr]
+                if flow is not None and cat == "call":
+                    fid = flow_ids.get((flow, role, rank)) or flow_id(flow, role, rank)
+                    app(f'{t[0]}{q}.{r}","dur":"{dq}.{dr}","args":{aj},'
+                        f'"bind_id":{fid},"flow_in":true,"flow_out":true}}')
+                else:
+                    app(f'{t[0]}{q}.{r}","dur":"{dq}.{dr}","args":{aj}}}')
+            elif ph == "C":
+                app(f'{t[0]}{q}.{r}","args":{"".join(enc(args, 0))}}}')
+            else:
+                if not args:
+                    aj = t[1]
+                elif type(args) is dict and _INSTANT_KEYS.isdisjoint(args):
+                    aj = "".join(enc(args, 0))[:-1] + "," + t[2] + "}"
+                else:
+                    aj = _dumps(dict(args, role=role, rank=rank, step=stp))
+                app(f'{t[0]}{q}.{r}","args":{aj}}}')
+        return out
+
+    def _driver_call(self, raw, off: int, app) -> None:
+        ev = decode(raw)
+        if off:
+            ev = ev._replace(ts_ns=ev.ts_ns + off)
+            if ev.args and ev.args.get("t_dispatched"):
+                ev = ev._replace(args=dict(ev.args, t_dispatched=int(ev.args["t_dispatched"]) + off))
+        _driver_call(lambda obj: app(_dumps(obj)), ev, self.idx, self.flow_id)
+
+
+_TEMPLATED = frozenset((SLICE, INSTANT, "C"))
+_R3 = [f"{i:03d}" for i in range(1000)]   # the ns digits of a µs time
 
 
 def _where(idx: _Index, role: str, rank: int) -> dict:

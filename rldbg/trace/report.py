@@ -14,7 +14,7 @@ from collections import defaultdict
 from rldbg import sentinel
 from rldbg.memory.leaks import describe, leak_suspicions, observe
 from rldbg.trace.events import moves
-from rldbg.trace.load import TraceFileError, load_events, ts_ns
+from rldbg.trace.load import TraceFileError, load_events, no_gc, ts_ns
 
 STRAGGLER_RATIO = 1.5
 # A straggler is named only with evidence: at least this many calls (a one-off init_model that
@@ -46,40 +46,64 @@ def _clip(intervals: list, windows: list) -> list:
     return out
 
 
+def by_phase(events: list[dict]) -> dict:
+    """{ph: [events]} in one pass, so that each analysis walks only the events it reads."""
+    out: dict = {}
+    for e in events:
+        ph = e.get("ph")
+        got = out.get(ph)
+        if got is None:
+            got = out[ph] = []
+        got.append(e)
+    return out
+
+
+def _names(meta: list) -> dict:
+    return {e["pid"]: e["args"]["name"] for e in meta
+            if e.get("ph") == "M" and e.get("name") == "process_name" and "args" in e}
+
+
 class Trace:
     """The parts of a trace the analysis needs, keyed by role and rank."""
 
-    def __init__(self, events: list[dict]):
-        names = {e["pid"]: e["args"]["name"] for e in events
-                 if e.get("ph") == "M" and e.get("name") == "process_name" and "args" in e}
+    def __init__(self, events: list[dict], by_ph: dict | None = None):
+        by_ph = by_ph if by_ph is not None else by_phase(events)
+        names = _names(by_ph.get("M", ()))
         self.calls, self.transitions, self.driver_calls, self.steps = [], [], [], []
         self.mem: dict = defaultdict(list)       # (role, rank, series) -> [(ts, value)]
         self.ledger: dict = defaultdict(list)    # (role, rank, category) -> [(ts, value)]
-        for e in events:
-            ph, cat = e.get("ph"), e.get("cat")
-            if ph == "X":
-                a = e.get("args") or {}
-                s = {"name": e.get("name"), "ts": ts_ns(e["ts"]), "dur": ts_ns(e.get("dur", 0)),
-                     "role": a.get("role", names.get(e.get("pid"))), "rank": a.get("rank", 0),
-                     "step": a.get("step"), "method": a.get("method"), "flow": a.get("flow"), "args": a}
-                s["end"] = s["ts"] + s["dur"]
-                if cat == "call":
-                    self.calls.append(s)
-                elif cat == "transition":
-                    self.transitions.append(s)
-                elif cat == "driver_call" and "mode" in a:
-                    self.driver_calls.append(s)
-                elif cat == "step":
-                    self.steps.append(s)
-            elif ph == "C":
-                m = _RANK_COUNTER.match(str(e.get("name", "")))
-                role = names.get(e.get("pid"))
-                if not m or role is None:
-                    continue
-                rank, kind = int(m.group(1)), m.group(2)
-                for series, v in (e.get("args") or {}).items():
-                    target = self.mem if kind == "memory" else self.ledger
-                    target[(role, rank, series)].append((ts_ns(e["ts"]), v))
+        counters: dict = {}
+        lists = {"call": self.calls, "transition": self.transitions, "driver_call": self.driver_calls,
+                 "step": self.steps}
+        for e in by_ph.get("X", ()):
+            cat = e.get("cat")
+            into = lists.get(cat)
+            if into is None:
+                continue   # user spans and the like: not part of the analysis
+            a = e.get("args") or {}
+            if cat == "driver_call" and "mode" not in a:
+                continue   # the dispatch/send/wait/recv parts of a driver call
+            t, d = e["ts"], e.get("dur", 0)
+            # rldbg's own "123.456" µs: the digits are the ns (ts_ns() for anything else)
+            t = int(t.replace(".", "")) if type(t) is str and t[-4:-3] == "." else ts_ns(t)
+            d = int(d.replace(".", "")) if type(d) is str and d[-4:-3] == "." else ts_ns(d)
+            into.append({"name": e.get("name"), "ts": t, "dur": d, "end": t + d,
+                         "role": a.get("role", names.get(e.get("pid"))), "rank": a.get("rank", 0),
+                         "step": a.get("step"), "method": a.get("method"), "flow": a.get("flow"), "args": a})
+        for e in by_ph.get("C", ()):
+            name = e.get("name", "")
+            name = name if type(name) is str else str(name)
+            m = counters.get(name, False)
+            if m is False:   # a counter track's name is matched once, not per sample
+                m = counters[name] = _RANK_COUNTER.match(str(name))
+            role = names.get(e.get("pid"))
+            if not m or role is None:
+                continue
+            rank, kind = int(m.group(1)), m.group(2)
+            target = self.mem if kind == "memory" else self.ledger
+            t = ts_ns(e["ts"])
+            for series, v in (e.get("args") or {}).items():
+                target[(role, rank, series)].append((t, v))
         for d in (self.mem, self.ledger):
             for v in d.values():
                 v.sort()
@@ -158,10 +182,13 @@ def controller_idle(t: Trace) -> dict:
 
 
 def memory_peaks(t: Trace) -> list:
-    peaks = {}
+    peaks, by_rank = {}, {}
     for s in t.calls + t.transitions:
-        series = t.mem_series(s["role"], s["rank"])
-        ts = [p[0] for p in series]
+        rr = (s["role"], s["rank"])
+        if rr not in by_rank:   # once per rank, not per call: a long run has 100k calls per rank
+            series = t.mem_series(*rr)
+            by_rank[rr] = (series, [p[0] for p in series])
+        series, ts = by_rank[rr]
         vals = [v for _, v in series[bisect.bisect_left(ts, s["ts"]):bisect.bisect_right(ts, s["end"])]]
         vals += [v for v in (s["args"].get("mem_before"), s["args"].get("mem_after")) if v is not None]
         if not vals:
@@ -200,12 +227,13 @@ def leaks(t: Trace) -> list:
 def ranks(events: list[dict]) -> list:
     """Who ran where: [{role, rank, node, ip, pid}] from the rank tracks' metadata (export.py);
     a colocated process appears once per role it served. Empty for a trace that predates it."""
-    names = {e["pid"]: e["args"]["name"] for e in events
-             if e.get("ph") == "M" and e.get("name") == "process_name" and "args" in e}
+    names = _names(events)
     out = []
     for e in events:
+        if e.get("ph") != "M":
+            continue
         a = e.get("args") or {}
-        if e.get("ph") == "M" and e.get("name") == "thread_name" and "node_id" in a and e.get("pid") in names:
+        if e.get("name") == "thread_name" and "node_id" in a and e.get("pid") in names:
             role = names[e["pid"]]
             out.append({"role": role, "rank": 0 if role == "driver" else int(e.get("tid", 1)) - 1,
                         "node": a.get("node_id") or "", "ip": a.get("node_ip") or "", "pid": a.get("pid")})
@@ -224,11 +252,18 @@ def clock(events: list[dict]) -> dict | None:
 
 
 def analyse(path: str) -> dict:
+    with no_gc():
+        return _analyse(path)
+
+
+def _analyse(path: str) -> dict:
     events = load_events(path)
-    t = Trace(events)
-    return {"trace": path, "ranks": ranks(events), "clock": clock(events), "time": role_shares(t), **stragglers(t),
-            "controller": controller_idle(t), "memory_peaks": memory_peaks(t), "leaks": leaks(t),
-            "nonfinite": sentinel.alarms(events)}
+    by_ph = by_phase(events)
+    t = Trace(events, by_ph)
+    instants = by_ph.get("i", []) + by_ph.get("I", [])
+    return {"trace": path, "ranks": ranks(by_ph.get("M", [])), "clock": clock(instants), "time": role_shares(t),
+            **stragglers(t), "controller": controller_idle(t), "memory_peaks": memory_peaks(t), "leaks": leaks(t),
+            "nonfinite": sentinel.alarms(instants)}
 
 
 def _mib(b) -> str:

@@ -1,23 +1,41 @@
 """Spill files: what the collector persists as batches arrive, and how to read them back.
 
-A spill directory holds `meta.json` (origin, job, config) and `events-<n>.jsonl`, one batch per
-line: {"pid", "host", "dropped", "lost", "events": [[ph, cat, name, ts, dur, role, rank, step,
-method, flow, args], ...]}, plus where the process runs ("node_id", "node_ip") and its clock
-estimate when it sent the batch ("clock_offset_ns", "clock_rtt_ns": rldbg.trace.clock). A new trace starts a fresh spill (old event files are removed, never
-appended to); a collector restarted after it died resumes with the next file.
+A spill directory holds `meta.json` (origin, job, config) and `events-<n>.rlb`, binary records
+appended one per batch, each:
 
-Reading is damage-tolerant: a torn line, garbage, invalid UTF-8 or a malformed event is skipped
-and, when a `damage` list is passed, recorded there as (file, byte offset, what) — so everything
-valid before and after it still loads.
+    MAGIC (4 bytes, b"\\xc1RLB") | meta_len, events_len, crc32 (3 x uint32 little-endian) |
+    meta (msgpack map) | events (msgpack array of 11-field arrays)
+
+meta: {"pid", "host", "dropped", "lost", ...} plus where the process runs ("node_id", "node_ip")
+and its clock estimate when it sent the batch ("clock_offset_ns", "clock_rtt_ns":
+rldbg.trace.clock). events: [[ph, cat, name, ts, dur, role, rank, step, method, flow, args], ...]
+(rldbg.trace.events), packed by the shipping process and written by the collector as is. crc32
+covers meta then events. 0xc1 is a byte msgpack never uses, so a reader that lost its place
+resynchronises on the next MAGIC. A new trace starts a fresh spill (old event files are removed,
+never appended to); a collector restarted after it died resumes with the next file.
+
+Reading is damage-tolerant: a torn last record, garbage, a record whose checksum or msgpack does
+not hold, or a malformed event is skipped and, when a `damage` list is passed, recorded there as
+(file, byte offset, what): everything valid before and after it still loads. A spill written by
+an older rldbg (JSON lines, events-<n>.jsonl) is refused with one line saying so.
 """
 from __future__ import annotations
 
 import glob
 import json
 import os
+import struct
+import zlib
+from operator import itemgetter
 from typing import Iterator
 
+import msgpack
+
 EVENT_FIELDS = 11
+MAGIC = b"\xc1RLB"
+_HEAD = struct.Struct("<4sIII")
+EXT = ".rlb"
+OLD_EXT = ".jsonl"
 
 
 class SpillError(ValueError):
@@ -45,54 +63,156 @@ def read_meta(spill_dir: str) -> dict:
     return meta
 
 
-def event_files(spill_dir: str) -> list[str]:
+def _files(spill_dir: str, ext: str) -> list[str]:
     def num(p):
         try:
-            return int(p.rsplit("-", 1)[1].split(".")[0])
+            return int(os.path.basename(p)[len("events-"):-len(ext)])
         except ValueError:
             return -1
-    return sorted((p for p in glob.glob(os.path.join(spill_dir, "events-*.jsonl")) if num(p) >= 0), key=num)
+    return sorted((p for p in glob.glob(os.path.join(spill_dir, "events-*" + ext)) if num(p) >= 0), key=num)
 
 
-def _valid_event(ev) -> bool:
-    return (type(ev) is list and len(ev) == EVENT_FIELDS and isinstance(ev[0], str)
+def event_files(spill_dir: str) -> list[str]:
+    """The spill's event files in write order. A spill holding only the old JSON-lines files
+    (written by an rldbg before the binary format) is a SpillError naming the format."""
+    files = _files(spill_dir, EXT)
+    if not files:
+        old = _files(spill_dir, OLD_EXT)
+        if old:
+            raise SpillError(f"{spill_dir!r} is a spill in the old JSON-lines format ({os.path.basename(old[0])}, "
+                             f"written by an older rldbg); this rldbg reads only binary spills (events-N{EXT}): "
+                             f"export it with the rldbg that wrote it")
+    return files
+
+
+def encode_events(events: list) -> bytes:
+    """A batch's events as the msgpack array the spill stores (unknown types as str)."""
+    try:
+        return msgpack.packb(events, default=str, use_bin_type=True, unicode_errors="surrogatepass")
+    except (OverflowError, ValueError, TypeError):
+        # An int beyond 64 bits (or a type msgpack refuses outright): as JSON would write it.
+        return msgpack.packb(json.loads(json.dumps(events, default=str)), use_bin_type=True,
+                             unicode_errors="surrogatepass")
+
+
+def encode_meta(meta: dict) -> bytes:
+    return msgpack.packb(meta, default=str, use_bin_type=True)
+
+
+def record(meta_bytes: bytes, events_bytes: bytes) -> bytes:
+    """The header of one record (MAGIC, lengths, crc32); meta and events follow it."""
+    crc = zlib.crc32(events_bytes, zlib.crc32(meta_bytes))
+    return _HEAD.pack(MAGIC, len(meta_bytes), len(events_bytes), crc)
+
+
+def decode_events(data, tuples: bool = False) -> list:
+    """A msgpack events array (as the shipper sends it) -> list of event lists (as JSON gave them:
+    lists inside args stay lists), or with tuples=True a tuple of tuples (cheaper to build; for
+    readers that only write them out again, like the exporter)."""
+    return msgpack.unpackb(data, use_list=not tuples, raw=False, strict_map_key=False)
+
+
+def _valid_event(ev, seq=list) -> bool:
+    return (type(ev) is seq and len(ev) == EVENT_FIELDS and isinstance(ev[0], str)
             and type(ev[3]) is int and type(ev[4]) is int and type(ev[6]) is int)
 
 
-def iter_batches(spill_dir: str, damage: list | None = None) -> Iterator[dict]:
-    """Valid batches in arrival order; each batch's events are the valid ones only."""
+_PH, _TS, _DUR, _RANK = itemgetter(0), itemgetter(3), itemgetter(4), itemgetter(6)
+
+
+def _check(evs, seq=list):
+    """The batch's valid events (the batch itself when all are: the common case, checked at C speed)."""
+    if type(evs) is not seq:
+        return seq()
+    try:
+        if set(map(type, evs)) <= {seq} and set(map(len, evs)) <= {EVENT_FIELDS}:
+            if (set(map(type, map(_PH, evs))) <= {str} and set(map(type, map(_TS, evs))) <= {int}
+                    and set(map(type, map(_DUR, evs))) <= {int} and set(map(type, map(_RANK, evs))) <= {int}):
+                return evs
+    except TypeError:
+        pass
+    return seq(ev for ev in evs if _valid_event(ev, seq))
+
+
+def iter_records(spill_dir: str, damage: list | None = None, tuples: bool = False) -> Iterator[tuple[dict, list]]:
+    """(batch meta, valid event lists) for each readable record, in arrival order; with
+    tuples=True the events (and any lists inside them) are tuples."""
+    seq = tuple if tuples else list
     for path in event_files(spill_dir):
-        offset = 0
         with open(path, "rb") as f:
-            for raw in f:
-                at, offset = offset, offset + len(raw)
-                try:
-                    batch = json.loads(raw)   # bytes: json detects UTF-8 and rejects invalid bytes
-                    if not isinstance(batch, dict) or not isinstance(batch.get("events", []), list):
-                        raise ValueError("not a batch object")
-                except ValueError as e:
+            data = f.read()
+        view, n, at = memoryview(data), len(data), 0
+        while at < n:
+            if data[at:at + 4] != MAGIC:
+                if n - at < 4 and MAGIC.startswith(data[at:]):
                     if damage is not None:
-                        what = "torn last line" if not raw.endswith(b"\n") else f"unreadable line ({str(e)[:80]})"
-                        damage.append((path, at, what))
-                    continue
-                evs = batch.get("events") or []
-                good = [ev for ev in evs if _valid_event(ev)]
-                if len(good) != len(evs):
-                    if damage is not None:
-                        damage.append((path, at, f"{len(evs) - len(good)} malformed event(s) in a batch"))
-                    batch["events"] = good
-                yield batch
+                        damage.append((path, at, "torn last record"))
+                    break
+                nxt = data.find(MAGIC, at + 1)
+                if damage is not None:
+                    damage.append((path, at, f"{(nxt if nxt >= 0 else n) - at} unreadable byte(s)"))
+                if nxt < 0:
+                    break
+                at = nxt
+                continue
+            if at + _HEAD.size > n:
+                if damage is not None:
+                    damage.append((path, at, "torn last record"))
+                break
+            _, mlen, elen, crc = _HEAD.unpack_from(data, at)
+            body, end = at + _HEAD.size, at + _HEAD.size + mlen + elen
+            if end > n:
+                if damage is not None:
+                    nxt = data.find(MAGIC, at + 1)
+                    damage.append((path, at, "torn last record" if nxt < 0 else "record cut short"))
+                nxt = data.find(MAGIC, at + 1)
+                if nxt < 0:
+                    break
+                at = nxt
+                continue
+            mb, eb = view[body:body + mlen], view[body + mlen:end]
+            if zlib.crc32(eb, zlib.crc32(mb)) != crc:
+                if damage is not None:
+                    damage.append((path, at, "corrupt record (checksum mismatch)"))
+                nxt = data.find(MAGIC, at + 1)
+                if nxt < 0:
+                    break
+                at = nxt
+                continue
+            try:
+                meta = msgpack.unpackb(mb, raw=False, strict_map_key=False)
+                evs = decode_events(eb, tuples)
+                if not isinstance(meta, dict):
+                    raise ValueError("not a batch record")
+            except Exception as e:
+                if damage is not None:
+                    damage.append((path, at, f"unreadable record ({str(e)[:80]})"))
+                at = end
+                continue
+            good = _check(evs, seq)
+            if len(good) != (len(evs) if type(evs) is seq else -1) and damage is not None:
+                bad = len(evs) - len(good) if type(evs) is seq else "all"
+                damage.append((path, at, f"{bad} malformed event(s) in a batch"))
+            at = end
+            yield meta, good
+
+
+def iter_batches(spill_dir: str, damage: list | None = None) -> Iterator[dict]:
+    """Valid batches in arrival order, as {meta..., "events": [event lists]}."""
+    for meta, evs in iter_records(spill_dir, damage):
+        meta["events"] = evs
+        yield meta
 
 
 def iter_events(spill_dir: str) -> Iterator[tuple[dict, list]]:
     """(batch meta, event) pairs in arrival order."""
     for batch in iter_batches(spill_dir):
-        for ev in batch.get("events", ()):
+        for ev in batch["events"]:
             yield batch, ev
 
 
 def damage_summary(damage: list) -> str:
-    """'events-1.jsonl at byte 1234: torn last line; ... (+N more)' for a one-line warning."""
+    """'events-1.rlb at byte 1234: torn last record; ... (+N more)' for a one-line warning."""
     parts = [f"{p} at byte {off}: {what}" for p, off, what in damage[:3]]
     more = f" (+{len(damage) - 3} more)" if len(damage) > 3 else ""
     return "; ".join(parts) + more
@@ -106,12 +226,12 @@ class SpillWriter:
     def __init__(self, spill_dir: str, meta: dict, resume: bool = False):
         os.makedirs(spill_dir, exist_ok=True)
         self.dir, self.n, self.f = spill_dir, 0, None
-        existing = event_files(spill_dir)
+        existing = _files(spill_dir, EXT)
         if resume:
             # A restarted collector: keep what the dead one wrote, continue in the next file.
-            self.n = int(existing[-1].rsplit("-", 1)[1].split(".")[0]) if existing else 0
+            self.n = int(os.path.basename(existing[-1])[len("events-"):-len(EXT)]) if existing else 0
         else:
-            for p in existing:   # a new trace never appends to an old one
+            for p in existing + _files(spill_dir, OLD_EXT):   # a new trace never appends to an old one
                 os.remove(p)
         with open(meta_path(spill_dir), "w") as f:
             json.dump(meta, f)
@@ -121,22 +241,19 @@ class SpillWriter:
         if self.f:
             self.f.close()
         self.n += 1
-        self.f = open(os.path.join(self.dir, f"events-{self.n}.jsonl"), "w", encoding="utf-8")
+        self.f = open(os.path.join(self.dir, f"events-{self.n}{EXT}"), "wb")
 
     def write(self, batch: dict) -> None:
-        self.f.write(json.dumps(batch, default=str, separators=(",", ":")) + "\n")
-        self.f.flush()   # each batch on disk as it arrives: a crash loses nothing received
-        if self.f.tell() > self.ROTATE:
-            self._open()
+        """A batch as a dict with its events under "events" (encoded here)."""
+        meta = {k: v for k, v in batch.items() if k != "events"}
+        self.write_raw(meta, encode_events(list(batch.get("events") or ())))
 
-    def write_raw(self, meta: dict, events_json: bytes) -> None:
-        """A batch whose events are already a JSON array (encoded by the shipping process)."""
-        head = json.dumps(meta, default=str, separators=(",", ":"))
-        self.f.write(head[:-1] + ("," if len(head) > 2 else "") + '"events":')
-        self.f.flush()
-        self.f.buffer.write(events_json)
-        self.f.write("}\n")
-        self.f.flush()
+    def write_raw(self, meta: dict, events: bytes) -> None:
+        """A batch whose events are already a msgpack array (encoded by the shipping process)."""
+        mb = encode_meta(meta)
+        self.f.write(record(mb, events) + mb)
+        self.f.write(events)
+        self.f.flush()   # each batch on disk as it arrives: a crash loses nothing received
         if self.f.tell() > self.ROTATE:
             self._open()
 
