@@ -86,6 +86,7 @@ class _OffSpan(_Span):
 # allocates nothing. Bounded, in case a program builds names on the fly.
 _OFF: dict = {}
 _OFF_MAX = 4096
+_OFF_get = _OFF.get
 
 
 def _check_name(name) -> None:
@@ -96,20 +97,18 @@ def _check_name(name) -> None:
 def span(name: str, /, **args) -> _Span:
     """A slice named `name` with `args` on the current role/rank's track: `with rldbg.span(...)`
     or `@rldbg.span(...)`. Raises ValueError for an empty or non-string name."""
-    if _STATE.on or not _STATE.looked_up:
+    if args or _STATE.on or not _STATE.looked_up:
         _check_name(name)
-        return _Span(name, args)
-    if not args:
-        try:
-            off = _OFF.get(name)
-        except TypeError:   # unhashable: not a name; _check_name says so
-            off = None
-        if off is not None:
-            return off
-    _check_name(name)
-    off = _OffSpan(name, args)
-    if not args and len(_OFF) < _OFF_MAX:
-        _OFF[name] = off
+        return (_Span if _STATE.on or not _STATE.looked_up else _OffSpan)(name, args)
+    try:
+        off = _OFF_get(name)
+    except TypeError:   # unhashable: not a name; _check_name says so
+        off = None
+    if off is None:
+        _check_name(name)
+        off = _OffSpan(name, args)
+        if len(_OFF) < _OFF_MAX:
+            _OFF[name] = off
     return off
 
 

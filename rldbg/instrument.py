@@ -53,6 +53,9 @@ from rldbg.trace.events import (FREES, LOADS, driver_call_event, instant_event, 
 _flow_ids = itertools.count(1)
 _now = time.time_ns
 _monotonic = time.monotonic
+_STATE = _rt.STATE
+# RLDBG_PROFILE's presence, tested on every worker call without a function call (rldbg.switches).
+_ENVIRON, _PROFILE_KEY = switches.raw_environ(switches.PROFILE)
 _CTX = current()      # one object per process, mutated in place
 
 
@@ -251,35 +254,46 @@ class worker_call(_CallScope):  # noqa: N801 - used as a function: `with worker_
         self.role, self.rank, self.method, self.tag = role, rank, method, tag
 
     def __enter__(self):
-        ctx, tag, st = _CTX, self.tag, _rt.STATE
+        ctx, tag, st = _CTX, self.tag, _STATE
         self.prev = (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id)
         ctx.role, ctx.rank, ctx.method = self.role, self.rank, self.method
+        on = st.on
         if tag is not None:
             ctx.step, ctx.flow_id = tag.step, tag.flow_id
             if tag.specs and tag.specs[0] != _specs_seen[0]:
                 _apply_live_specs(tag.specs)
-            if not st.on and tag.traced:
-                _rt.lookup(session=tag.traced)   # tracing started after this actor did
-        elif not st.on and _monotonic() - st.last_lookup >= _rt.RECHECK_S:
-            _rt.lookup()                         # untagged: a slow re-check
+            if not on and tag.traced:
+                on = _rt.lookup(session=tag.traced)   # tracing started after this actor did
+        elif not on and _monotonic() - st.last_lookup >= _rt.RECHECK_S:
+            on = _rt.lookup()                         # untagged: a slow re-check
         self.step = ctx.step
-        self.prof = None
-        if _env(switches.PROFILE) is not None:   # torch.profiler selected for some calls
-            self.prof = _profile_call(self.role, self.rank, self.method, ctx.step)
-            self.prof.__enter__()                # operator slices nest in this call's span
-        if st.on:
+        self.t0, self.prof = 0, None
+        if on or _PROFILE_KEY in _ENVIRON:            # else: nothing more to do on this call
+            self._begin(on)
+        return self
+
+    def _begin(self, on: bool) -> None:
+        if _env(switches.PROFILE) is not None:       # torch.profiler, when RLDBG_PROFILE selects this call
+            self.prof = _profile_call(self.role, self.rank, self.method, self.step)
+            self.prof.__enter__()                    # operator slices nest in this call's span
+        if on:
             self.m0 = _mem_sample()
             self.t0 = _now()
             _rt.emit(memory_event(self.t0, self.role, self.rank, self.step, self.method, self.m0))
-        else:
-            self.t0 = 0
-        return self
 
     def __exit__(self, et, ev, tb):
+        if self.t0 or self.prof is not None:
+            self._end(et, ev, tb)
+        else:
+            ctx = _CTX
+            ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = self.prev
+        return False
+
+    def _end(self, et, ev, tb) -> None:
         try:
             if self.prof is not None:
                 self.prof.__exit__(et, ev, tb)
-            if self.t0 and _rt.STATE.on:
+            if self.t0 and _STATE.on:
                 t1 = _now()
                 m1 = _mem_sample()
                 tag = self.tag
@@ -295,7 +309,6 @@ class worker_call(_CallScope):  # noqa: N801 - used as a function: `with worker_
         finally:
             ctx = _CTX
             ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = self.prev
-        return False
 
 
 _specs_seen = [0]

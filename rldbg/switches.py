@@ -51,6 +51,13 @@ def env(name: str) -> str | None:
     return None if raw is None else _DECVAL(raw)
 
 
+def raw_environ(name: str):
+    """(mapping, key) such that `key in mapping` says whether `name` is set, at dict speed."""
+    if _RAW is None or _ENCKEY is None:
+        return os.environ, name
+    return _RAW, _ENCKEY(name)
+
+
 def _joined(values, sep: str = ",") -> str:
     if isinstance(values, str):
         return values
