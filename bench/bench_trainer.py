@@ -34,6 +34,7 @@ from reference_trainer.config import load_config  # noqa: E402
 from reference_trainer.runtime import start_ray, stop_ray  # noqa: E402
 from reference_trainer.trainer import fit  # noqa: E402
 
+NO_OFFLOAD = ["offload.optimizer=false", "offload.grads=false"]
 SKIP = 2  # first steps left out of means: allocator, thread pools and caches warm up there
 PHASES = ("rollout", "reward", "log_prob", "advantage", "update_critic", "update_actor", "step")
 
@@ -88,7 +89,6 @@ def throughput(args) -> None:
     print(f"== throughput: demo preset (GRPO, digit_shift, llama-tiny), {steps} steps per run, "
           f"means over steps {SKIP}..{steps - 1} ==")
     cfg2 = demo_config(f"trainer.total_steps={steps}")
-    cfg1 = demo_config(f"trainer.total_steps={steps}", "resources.n_ranks=1")
     batch = cfg2.data.prompts_per_step * cfg2.data.group_size
     print(f"  batch: {cfg2.data.prompts_per_step} prompts × {cfg2.data.group_size} = {batch} completions/step, "
           f"max_new_tokens {cfg2.rollout.max_new_tokens}, temperature {cfg2.rollout.temperature}, lr {cfg2.actor.lr}")
@@ -100,6 +100,14 @@ def throughput(args) -> None:
     except ImportError as e:  # the system python has no TRL on purpose
         run_trl_grpo, trl_error = None, f"TRL not available in {sys.executable}: {e}"
 
+    if args.ref_forward == "neither":
+        ref = ["actor.kl_metric=false"]
+        print("  identical passes: a reference forward on NEITHER side (ours: actor.kl_metric=false, no KL term; "
+              "TRL: beta=0 loads no reference model); old log-probs on neither (one on-policy mini-batch)")
+    else:
+        ref = []
+        print("  NOT identical: ours runs a reference forward each step for the kl_to_ref metric "
+              "(actor.kl_metric=true); TRL at beta=0 runs none")
     trl_runs = []
 
     def trl_block(tag: str) -> None:
@@ -117,16 +125,18 @@ def throughput(args) -> None:
 
     trl_block("before ours")
     t0 = time.perf_counter()
-    started = start_ray(cfg2.resources.ray_num_cpus)  # one cluster for both of our runs; fit() then leaves it up
+    started = start_ray(cfg2.resources.ray_num_cpus)  # one cluster for all our runs; fit() then leaves it up
     print(f"  (embedded Ray cluster started in {time.perf_counter() - t0:.1f} s, "
           "shared by our runs, not in their wall)")
+    ours = {}
     try:
-        h2, w2 = run_ours(cfg2, args.verbose)
-        ours2 = our_figures(h2, batch)
-        print_ours(f"ours, Ray, 2 ranks × {cfg2.resources.threads_per_rank} thread", ours2, w2, steps)
-        h1, w1 = run_ours(cfg1, args.verbose)
-        ours1 = our_figures(h1, batch)
-        print_ours(f"ours, Ray, 1 rank  × {cfg1.resources.threads_per_rank} thread", ours1, w1, steps)
+        for offload, off_args in (("offload as the demo", []), ("offload off", NO_OFFLOAD)):
+            for ranks in (2, 1):
+                cfg = demo_config(f"trainer.total_steps={steps}", f"resources.n_ranks={ranks}", *ref, *off_args)
+                h, w = run_ours(cfg, args.verbose)
+                ours[(offload, ranks)] = our_figures(h, batch)
+                print_ours(f"ours, Ray, {ranks} rank{'s' if ranks > 1 else ' '} × {cfg.resources.threads_per_rank} "
+                           f"thread, {offload}", ours[(offload, ranks)], w, steps)
     finally:
         stop_ray(started)
     trl_block("after ours")
@@ -137,12 +147,14 @@ def throughput(args) -> None:
     trl_tps = statistics.mean(f["tokens_per_s"] for f in trl_runs)
     trl_ctps = statistics.mean(f["completion_tokens_per_s"] for f in trl_runs)
     print(f"  TRL mean of {len(trl_runs)} runs: {trl_tps:.0f} tokens/s, {trl_ctps:.0f} completion tokens/s")
-    for label, f in (("2 ranks (Ray) vs TRL 1 process", ours2), ("1 rank (Ray) vs TRL 1 process", ours1)):
-        print(f"  our/TRL throughput, {label}: {f['tokens_per_s'] / trl_tps:.2f} (tokens/s), "
-              f"{f['completion_tokens_per_s'] / trl_ctps:.2f} (completion tokens/s)   >1 means we are faster")
-    print("  not identical: ours starts from a 20-step SFT warm start (preset sft.steps, not in step times), "
-          "runs a reference forward pass (TRL skips it at beta=0) and offloads the optimizer to a file each "
-          "step (offload.optimizer, target file on CPU); TRL starts from the raw init.")
+    for (offload, ranks), f in ours.items():
+        goal = "   goal ≥ 1.0 (2 ranks)" if ranks == 2 else ""
+        print(f"  our/TRL throughput, {ranks} rank{'s' if ranks > 1 else ''} (Ray, {offload}) vs TRL 1 process: "
+              f"{f['tokens_per_s'] / trl_tps:.2f} (tokens/s), "
+              f"{f['completion_tokens_per_s'] / trl_ctps:.2f} (completion tokens/s){goal}   >1 means we are faster")
+    print("  not identical: ours starts from a 20-step SFT warm start (preset sft.steps, not in step times) and "
+          "TRL from the raw init; 'offload as the demo' writes the optimizer state to a file and back each step "
+          "(offload.optimizer, file target on CPU), TRL keeps it in memory.")
 
 
 def first_reach(rewards: list[float], target: float = 0.9, window: int = 5) -> int | None:
@@ -189,6 +201,9 @@ def main() -> None:
     p.add_argument("--budget", type=int, default=0, help="step budget per convergence run (0: preset total_steps)")
     p.add_argument("--parts", default="throughput,converge")
     p.add_argument("--trl-threads", type=int, default=1, help="torch threads for TRL (ours: 1 per rank)")
+    p.add_argument("--ref-forward", choices=("neither", "ours"), default="neither",
+                   help="neither: skip our reference forward, as TRL does at beta=0 (identical work); "
+                        "ours: keep it (the demo's default, for its kl_to_ref metric)")
     p.add_argument("--verbose", action="store_true", help="show the trainers' own per-step lines")
     args = p.parse_args()
     print(f"python {sys.executable}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
