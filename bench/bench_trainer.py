@@ -3,10 +3,13 @@
 Run on demand (not a test; TRL lives only in /tmp/trlvenv, which also sees the repo):
     /tmp/trlvenv/bin/python bench/bench_trainer.py [--steps 20] [--budget 150] [--parts throughput,converge]
 
-throughput: the demo preset for --steps steps on 2 ranks and on 1 rank, bracketed by two TRL
-    GRPOTrainer runs of the same model/tokenizer/prompts/reward/batch (TRL before and after, so
-    drift on this shared machine hits both sides). Prints tokens/s, s/step and our per-phase step
-    times (means over steps after the first 2), and our/TRL throughput ratios (>1: we are faster).
+throughput: the demo preset for --steps steps on 2 ranks and on 1 rank, with offload as the preset
+    has it and with offload off, each run between two TRL GRPOTrainer runs of the same
+    model/tokenizer/prompts/reward/batch (TRL first, then after each of ours), so drift on this
+    shared machine hits both sides. Identical passes: no reference forward on either side unless
+    --ref-forward ours. Prints tokens/s, s/step and our per-phase step times (means over steps
+    after the first 2), and our/TRL throughput ratios against the two TRL runs around each of ours
+    (>1: we are faster; goal ≥ 1.0 at 2 ranks).
 converge: GRPO (the preset) and PPO (algorithm.adv_estimator=gae) for --budget steps each; prints
     the first step where the 5-step moving average of reward/mean is ≥ 0.9, and the seconds of
     training steps up to it, or "not reached in N steps".
@@ -123,34 +126,38 @@ def throughput(args) -> None:
               f"{f['tokens_per_s']:7.0f} tokens/s  {f['completion_tokens_per_s']:6.0f} completion tokens/s  "
               f"{f['s_per_step']:.3f} s/step   (wall {time.perf_counter() - t0:.1f} s)")
 
-    trl_block("before ours")
+    # TRL runs before, between and after ours: each of our runs is compared with the mean of the two
+    # TRL runs around it, so that load drifting on this shared machine hits both sides alike.
     t0 = time.perf_counter()
     started = start_ray(cfg2.resources.ray_num_cpus)  # one cluster for all our runs; fit() then leaves it up
     print(f"  (embedded Ray cluster started in {time.perf_counter() - t0:.1f} s, "
           "shared by our runs, not in their wall)")
     ours = {}
     try:
+        trl_block("first")
         for offload, off_args in (("offload as the demo", []), ("offload off", NO_OFFLOAD)):
             for ranks in (2, 1):
                 cfg = demo_config(f"trainer.total_steps={steps}", f"resources.n_ranks={ranks}", *ref, *off_args)
                 h, w = run_ours(cfg, args.verbose)
-                ours[(offload, ranks)] = our_figures(h, batch)
+                ours[(offload, ranks)] = (our_figures(h, batch), len(trl_runs) - 1)
                 print_ours(f"ours, Ray, {ranks} rank{'s' if ranks > 1 else ' '} × {cfg.resources.threads_per_rank} "
-                           f"thread, {offload}", ours[(offload, ranks)], w, steps)
+                           f"thread, {offload}", ours[(offload, ranks)][0], w, steps)
+                trl_block(f"after ours, {ranks} rank{'s' if ranks > 1 else ''}, {offload}")
     finally:
         stop_ray(started)
-    trl_block("after ours")
 
     if not trl_runs:
         print(f"  our/TRL: not measured — {trl_error}")
         return
-    trl_tps = statistics.mean(f["tokens_per_s"] for f in trl_runs)
-    trl_ctps = statistics.mean(f["completion_tokens_per_s"] for f in trl_runs)
-    print(f"  TRL mean of {len(trl_runs)} runs: {trl_tps:.0f} tokens/s, {trl_ctps:.0f} completion tokens/s")
-    for (offload, ranks), f in ours.items():
+    print(f"  TRL mean of {len(trl_runs)} runs: {statistics.mean(f['tokens_per_s'] for f in trl_runs):.0f} tokens/s, "
+          f"{statistics.mean(f['completion_tokens_per_s'] for f in trl_runs):.0f} completion tokens/s")
+    for (offload, ranks), (f, before) in ours.items():
+        around = trl_runs[before:before + 2]
+        trl_tps = statistics.mean(t["tokens_per_s"] for t in around)
+        trl_ctps = statistics.mean(t["completion_tokens_per_s"] for t in around)
         goal = "   goal ≥ 1.0 (2 ranks)" if ranks == 2 else ""
-        print(f"  our/TRL throughput, {ranks} rank{'s' if ranks > 1 else ''} (Ray, {offload}) vs TRL 1 process: "
-              f"{f['tokens_per_s'] / trl_tps:.2f} (tokens/s), "
+        print(f"  our/TRL throughput, {ranks} rank{'s' if ranks > 1 else ''} (Ray, {offload}) vs TRL 1 process "
+              f"(the TRL runs before and after it): {f['tokens_per_s'] / trl_tps:.2f} (tokens/s), "
               f"{f['completion_tokens_per_s'] / trl_ctps:.2f} (completion tokens/s){goal}   >1 means we are faster")
     print("  not identical: ours starts from a 20-step SFT warm start (preset sft.steps, not in step times) and "
           "TRL from the raw init; 'offload as the demo' writes the optimizer state to a file and back each step "
