@@ -3,10 +3,13 @@
 Run on demand (not a test; TRL lives only in /tmp/trlvenv, which also sees the repo):
     /tmp/trlvenv/bin/python bench/bench_trainer.py [--steps 20] [--budget 150] [--parts throughput,converge]
 
-throughput: the demo preset for --steps steps on 2 ranks and on 1 rank, bracketed by two TRL
-    GRPOTrainer runs of the same model/tokenizer/prompts/reward/batch (TRL before and after, so
-    drift on this shared machine hits both sides). Prints tokens/s, s/step and our per-phase step
-    times (means over steps after the first 2), and our/TRL throughput ratios (>1: we are faster).
+throughput: the demo preset for --steps steps on 2 ranks and on 1 rank, with offload as the preset
+    has it and with offload off, each run between two TRL GRPOTrainer runs of the same
+    model/tokenizer/prompts/reward/batch (TRL first, then after each of ours), so drift on this
+    shared machine hits both sides. Identical passes: no reference forward on either side unless
+    --ref-forward ours. Prints tokens/s, s/step and our per-phase step times (means over steps
+    after the first 2), and our/TRL throughput ratios against the two TRL runs around each of ours
+    (>1: we are faster; goal ≥ 1.0 at 2 ranks).
 converge: GRPO (the preset) and PPO (algorithm.adv_estimator=gae) for --budget steps each; prints
     the first step where the 5-step moving average of reward/mean is ≥ 0.9, and the seconds of
     training steps up to it, or "not reached in N steps".
@@ -34,6 +37,7 @@ from reference_trainer.config import load_config  # noqa: E402
 from reference_trainer.runtime import start_ray, stop_ray  # noqa: E402
 from reference_trainer.trainer import fit  # noqa: E402
 
+NO_OFFLOAD = ["offload.optimizer=false", "offload.grads=false"]
 SKIP = 2  # first steps left out of means: allocator, thread pools and caches warm up there
 PHASES = ("rollout", "reward", "log_prob", "advantage", "update_critic", "update_actor", "step")
 
@@ -88,7 +92,6 @@ def throughput(args) -> None:
     print(f"== throughput: demo preset (GRPO, digit_shift, llama-tiny), {steps} steps per run, "
           f"means over steps {SKIP}..{steps - 1} ==")
     cfg2 = demo_config(f"trainer.total_steps={steps}")
-    cfg1 = demo_config(f"trainer.total_steps={steps}", "resources.n_ranks=1")
     batch = cfg2.data.prompts_per_step * cfg2.data.group_size
     print(f"  batch: {cfg2.data.prompts_per_step} prompts × {cfg2.data.group_size} = {batch} completions/step, "
           f"max_new_tokens {cfg2.rollout.max_new_tokens}, temperature {cfg2.rollout.temperature}, lr {cfg2.actor.lr}")
@@ -100,6 +103,14 @@ def throughput(args) -> None:
     except ImportError as e:  # the system python has no TRL on purpose
         run_trl_grpo, trl_error = None, f"TRL not available in {sys.executable}: {e}"
 
+    if args.ref_forward == "neither":
+        ref = ["actor.kl_metric=false"]
+        print("  identical passes: a reference forward on NEITHER side (ours: actor.kl_metric=false, no KL term; "
+              "TRL: beta=0 loads no reference model); old log-probs on neither (one on-policy mini-batch)")
+    else:
+        ref = []
+        print("  NOT identical: ours runs a reference forward each step for the kl_to_ref metric "
+              "(actor.kl_metric=true); TRL at beta=0 runs none")
     trl_runs = []
 
     def trl_block(tag: str) -> None:
@@ -115,34 +126,42 @@ def throughput(args) -> None:
               f"{f['tokens_per_s']:7.0f} tokens/s  {f['completion_tokens_per_s']:6.0f} completion tokens/s  "
               f"{f['s_per_step']:.3f} s/step   (wall {time.perf_counter() - t0:.1f} s)")
 
-    trl_block("before ours")
+    # TRL runs before, between and after ours: each of our runs is compared with the mean of the two
+    # TRL runs around it, so that load drifting on this shared machine hits both sides alike.
     t0 = time.perf_counter()
-    started = start_ray(cfg2.resources.ray_num_cpus)  # one cluster for both of our runs; fit() then leaves it up
+    started = start_ray(cfg2.resources.ray_num_cpus)  # one cluster for all our runs; fit() then leaves it up
     print(f"  (embedded Ray cluster started in {time.perf_counter() - t0:.1f} s, "
           "shared by our runs, not in their wall)")
+    ours = {}
     try:
-        h2, w2 = run_ours(cfg2, args.verbose)
-        ours2 = our_figures(h2, batch)
-        print_ours(f"ours, Ray, 2 ranks × {cfg2.resources.threads_per_rank} thread", ours2, w2, steps)
-        h1, w1 = run_ours(cfg1, args.verbose)
-        ours1 = our_figures(h1, batch)
-        print_ours(f"ours, Ray, 1 rank  × {cfg1.resources.threads_per_rank} thread", ours1, w1, steps)
+        trl_block("first")
+        for offload, off_args in (("offload as the demo", []), ("offload off", NO_OFFLOAD)):
+            for ranks in (2, 1):
+                cfg = demo_config(f"trainer.total_steps={steps}", f"resources.n_ranks={ranks}", *ref, *off_args)
+                h, w = run_ours(cfg, args.verbose)
+                ours[(offload, ranks)] = (our_figures(h, batch), len(trl_runs) - 1)
+                print_ours(f"ours, Ray, {ranks} rank{'s' if ranks > 1 else ' '} × {cfg.resources.threads_per_rank} "
+                           f"thread, {offload}", ours[(offload, ranks)][0], w, steps)
+                trl_block(f"after ours, {ranks} rank{'s' if ranks > 1 else ''}, {offload}")
     finally:
         stop_ray(started)
-    trl_block("after ours")
 
     if not trl_runs:
         print(f"  our/TRL: not measured — {trl_error}")
         return
-    trl_tps = statistics.mean(f["tokens_per_s"] for f in trl_runs)
-    trl_ctps = statistics.mean(f["completion_tokens_per_s"] for f in trl_runs)
-    print(f"  TRL mean of {len(trl_runs)} runs: {trl_tps:.0f} tokens/s, {trl_ctps:.0f} completion tokens/s")
-    for label, f in (("2 ranks (Ray) vs TRL 1 process", ours2), ("1 rank (Ray) vs TRL 1 process", ours1)):
-        print(f"  our/TRL throughput, {label}: {f['tokens_per_s'] / trl_tps:.2f} (tokens/s), "
-              f"{f['completion_tokens_per_s'] / trl_ctps:.2f} (completion tokens/s)   >1 means we are faster")
-    print("  not identical: ours starts from a 20-step SFT warm start (preset sft.steps, not in step times), "
-          "runs a reference forward pass (TRL skips it at beta=0) and offloads the optimizer to a file each "
-          "step (offload.optimizer, target file on CPU); TRL starts from the raw init.")
+    print(f"  TRL mean of {len(trl_runs)} runs: {statistics.mean(f['tokens_per_s'] for f in trl_runs):.0f} tokens/s, "
+          f"{statistics.mean(f['completion_tokens_per_s'] for f in trl_runs):.0f} completion tokens/s")
+    for (offload, ranks), (f, before) in ours.items():
+        around = trl_runs[before:before + 2]
+        trl_tps = statistics.mean(t["tokens_per_s"] for t in around)
+        trl_ctps = statistics.mean(t["completion_tokens_per_s"] for t in around)
+        goal = "   goal ≥ 1.0 (2 ranks)" if ranks == 2 else ""
+        print(f"  our/TRL throughput, {ranks} rank{'s' if ranks > 1 else ''} (Ray, {offload}) vs TRL 1 process "
+              f"(the TRL runs before and after it): {f['tokens_per_s'] / trl_tps:.2f} (tokens/s), "
+              f"{f['completion_tokens_per_s'] / trl_ctps:.2f} (completion tokens/s){goal}   >1 means we are faster")
+    print("  not identical: ours starts from a 20-step SFT warm start (preset sft.steps, not in step times) and "
+          "TRL from the raw init; 'offload as the demo' writes the optimizer state to a file and back each step "
+          "(offload.optimizer, file target on CPU), TRL keeps it in memory.")
 
 
 def first_reach(rewards: list[float], target: float = 0.9, window: int = 5) -> int | None:
@@ -189,6 +208,9 @@ def main() -> None:
     p.add_argument("--budget", type=int, default=0, help="step budget per convergence run (0: preset total_steps)")
     p.add_argument("--parts", default="throughput,converge")
     p.add_argument("--trl-threads", type=int, default=1, help="torch threads for TRL (ours: 1 per rank)")
+    p.add_argument("--ref-forward", choices=("neither", "ours"), default="neither",
+                   help="neither: skip our reference forward, as TRL does at beta=0 (identical work); "
+                        "ours: keep it (the demo's default, for its kl_to_ref metric)")
     p.add_argument("--verbose", action="store_true", help="show the trainers' own per-step lines")
     args = p.parse_args()
     print(f"python {sys.executable}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")

@@ -12,7 +12,7 @@ def compute_advantages(batch: DataProto, cfg) -> DataProto:
     t = batch.tensors
     mask, scores = t["response_mask"], t["scores"]
     metrics = {}
-    if "old_log_probs" in t:  # otherwise update_actor reports the KL from its own forward pass
+    if "old_log_probs" in t and "ref_log_probs" in t:  # otherwise update_actor reports the KL from its own forward pass
         kl = algos.kl_estimate(t["old_log_probs"], t["ref_log_probs"], cfg.kl_type)
         metrics["kl_to_ref"] = float(algos.masked_mean(kl, mask))
     if cfg.kl_in_reward:

@@ -50,6 +50,9 @@ class ActorConfig:
     loss_agg: str = "token-mean"
     entropy_coef: float = 0.0
     use_kl_loss: bool = False
+    # kl_to_ref each step as a metric, at the price of a reference forward pass; with false the
+    # reference forward runs only when a KL term needs it (use_kl_loss or algorithm.kl_in_reward).
+    kl_metric: bool = True
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "k3"
     grad_clip: float = 1.0

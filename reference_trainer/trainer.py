@@ -95,7 +95,8 @@ def train_step(step: int, batch, actor, critic, reward, cfg: Config) -> dict:
         with t("log_prob"):
             if needs_old_log_prob(cfg):                      # several updates per batch: keep the behaviour policy
                 batch = batch.union(actor.compute_log_prob(batch))
-            batch = batch.union(actor.compute_ref_log_prob(batch))
+            if needs_ref_log_prob(cfg):
+                batch = batch.union(actor.compute_ref_log_prob(batch))
             if critic:
                 batch = batch.union(critic.compute_values(batch))
         with t("advantage"):
@@ -123,6 +124,11 @@ def needs_old_log_prob(cfg: Config) -> bool:
     extra forward pass is skipped. A KL penalty in the reward needs them before the update."""
     a, batch = cfg.actor, cfg.data.prompts_per_step * cfg.data.group_size
     return a.ppo_epochs > 1 or a.mini_batch_size < batch or cfg.algorithm.kl_in_reward
+
+
+def needs_ref_log_prob(cfg: Config) -> bool:
+    """The reference forward pass feeds a KL term, or the kl_to_ref metric when that is asked for."""
+    return cfg.actor.use_kl_loss or cfg.algorithm.kl_in_reward or cfg.actor.kl_metric
 
 
 def warm_start(actor, task, tokenizer, cfg: Config) -> None:

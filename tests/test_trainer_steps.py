@@ -90,3 +90,17 @@ def test_critic_and_reward_in_their_own_pools(ray_cluster, tmp_path):
         shutdown_groups(groups.values())
     before, after, records = _run_steps(cfg, 1)
     assert "critic/vf_loss" in records[0] and after[0] != before[0]
+
+
+def test_kl_metric_off_skips_the_reference_forward_unless_a_kl_term_needs_it(ray_cluster, tmp_path):
+    from reference_trainer.trainer import needs_ref_log_prob
+
+    small = ["data.prompts_per_step=4", "data.group_size=4", "actor.mini_batch_size=16", "actor.micro_batch_size=8"]
+    cfg = _cfg(tmp_path, "actor.kl_metric=false", *small)
+    assert needs_ref_log_prob(_cfg(tmp_path, *small))     # the default keeps the kl_to_ref metric
+    assert needs_ref_log_prob(_cfg(tmp_path, "actor.kl_metric=false", "actor.use_kl_loss=true"))
+    assert needs_ref_log_prob(_cfg(tmp_path, "actor.kl_metric=false", "algorithm.kl_in_reward=true"))
+    assert not needs_ref_log_prob(cfg)
+    before, after, records = _run_steps(cfg, 1)
+    assert "kl_to_ref" not in records[0] and after[0] != before[0]
+    assert records[0]["grad_norm"] > 0

@@ -24,21 +24,52 @@ class HFEngine(RolloutEngine):
 
     @torch.no_grad()
     def generate(self, input_ids, attention_mask, sampling: SamplingConfig):
+        """Sampling with a KV cache, written out rather than through transformers' generate():
+        the same distribution (logits / temperature, then top-p, then a multinomial draw), but
+        without generate()'s per-call set-up (config validation, logits-processor and
+        stopping-criteria lists), which cost more than the forward passes themselves for the
+        demo's short answers."""
         if self._weights_state != "awake":
             raise RuntimeError(f"rollout engine is asleep ({self._weights_state}); call wake_up() and sync weights first")
         from transformers import DynamicCache
 
         self._cache = DynamicCache()
-        out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, past_key_values=self._cache,
-            do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0,
-            max_new_tokens=sampling.max_new_tokens, pad_token_id=self.pad_id, eos_token_id=self.eos_id,
-            use_cache=True,
-        )
-        responses = out[:, input_ids.shape[1]:]
-        missing = sampling.max_new_tokens - responses.shape[1]
-        if missing > 0:  # generation stopped early for the whole batch
-            responses = torch.nn.functional.pad(responses, (0, missing), value=self.pad_id)
+        rows, n_new = input_ids.shape[0], sampling.max_new_tokens
+        responses = torch.full((rows, n_new), self.pad_id, dtype=input_ids.dtype, device=input_ids.device)
+        if n_new == 0:
+            return responses
+        mask = attention_mask
+        # Left-padded prompts: positions count real tokens only (as generate() and training do).
+        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        next_pos = positions[:, -1:] + 1
+        done = torch.zeros(rows, dtype=torch.bool, device=input_ids.device)
+        # GRPO repeats each prompt group_size times: the prompt's forward pass (its KV cache and
+        # the first token's logits) is computed once per distinct prompt and shared by its copies.
+        unique, inverse = torch.unique(torch.cat([input_ids, mask.to(input_ids.dtype)], -1), dim=0,
+                                       return_inverse=True)
+        if len(unique) < rows:
+            # Any row of each distinct prompt represents it: the copies are identical.
+            first = torch.empty(len(unique), dtype=torch.long, device=inverse.device).scatter_(
+                0, inverse, torch.arange(rows, device=inverse.device))
+            logits = self.model(input_ids=input_ids[first], attention_mask=mask[first],
+                                position_ids=positions[first], past_key_values=self._cache, use_cache=True,
+                                logits_to_keep=1).logits[inverse]
+            self._cache.batch_select_indices(inverse)
+        else:
+            logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                past_key_values=self._cache, use_cache=True, logits_to_keep=1).logits
+        ones = torch.ones((rows, 1), dtype=mask.dtype, device=mask.device)
+        for i in range(n_new):
+            token = _sample(logits[:, -1].float(), sampling.temperature, sampling.top_p)
+            token = token.masked_fill(done, self.pad_id)   # finished rows are padded, as generate() does
+            responses[:, i] = token
+            done |= token == self.eos_id
+            if i == n_new - 1 or bool(done.all()):
+                break
+            mask = torch.cat([mask, ones], -1)
+            logits = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos,
+                                past_key_values=self._cache, use_cache=True).logits
+            next_pos = next_pos + 1
         return responses
 
     @torch.no_grad()
@@ -88,3 +119,18 @@ class HFEngine(RolloutEngine):
                     if isinstance(t, torch.Tensor):
                         kv += t.numel() * t.element_size()
         return {"rollout_weights": weights, "kv_cache": kv}
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """One token per row from softmax(logits / temperature), restricted to the smallest set of
+    tokens whose probability reaches top_p (the most likely token always stays)."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits / temperature, -1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)
+        # Drop a token when the tokens ranked before it already reach top_p.
+        drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+    return torch.multinomial(probs, 1).squeeze(-1)

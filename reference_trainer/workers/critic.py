@@ -32,7 +32,7 @@ class CriticWorker(Worker):
         self.model = build_value_model(cfg.model.preset, vocab, seed=cfg.trainer.seed + 1,
                                        dtype=DTYPES[cfg.model.dtype]).to(self.device)
         ops.broadcast_module(self.model)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.critic.lr)
+        self.optimizer = ops.adamw(self.model.parameters(), lr=cfg.critic.lr)
         self._report_ledger()
         return {"params": sum(p.numel() for p in self.model.parameters())}
 

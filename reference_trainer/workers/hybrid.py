@@ -51,8 +51,7 @@ class ActorRolloutRefWorker(Worker):
                                      dtype=dtype).to(self.device)
         ops.broadcast_module(self.model)
         self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.actor.lr,
-                                           weight_decay=cfg.actor.weight_decay)
+        self.optimizer = ops.adamw(self.model.parameters(), lr=cfg.actor.lr, weight_decay=cfg.actor.weight_decay)
         self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.rollout = self._make_rollout()
         self.mode = "train"
