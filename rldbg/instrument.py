@@ -45,7 +45,7 @@ from rldbg.memory.probes import sample as _mem_sample
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
 from rldbg.profilers.torch_prof import profile_call as _profile_call
 from rldbg.sentinel import CallScope as _CallScope
-from rldbg.switches import env as _env
+from rldbg.environ import env as _env, raw_environ
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import (FREES, LOADS, driver_call_event, instant_event, ledger_event, memory_event,
                                 slice_event, transition_event)
@@ -55,7 +55,7 @@ _now = time.time_ns
 _monotonic = time.monotonic
 _STATE = _rt.STATE
 # RLDBG_PROFILE's presence, tested on every worker call without a function call (rldbg.switches).
-_ENVIRON, _PROFILE_KEY = switches.raw_environ(switches.PROFILE)
+_ENVIRON, _PROFILE_KEY = raw_environ(switches.PROFILE)
 _CTX = current()      # one object per process, mutated in place
 
 

@@ -34,9 +34,11 @@ class Skewable:
     def __init__(self, role, rank, world, skew_ns=0, roles=None):
         if skew_ns:   # this process's wall clock is off by skew_ns, wherever rldbg reads it
             import rldbg.api
+            import rldbg.instrument
             real = time.time_ns
             time.time_ns = lambda: real() + skew_ns
-            rldbg.api._now = time.time_ns   # the span hot path bound time.time_ns at import
+            # The hot paths (spans, worker calls) bound time.time_ns at import.
+            rldbg.api._now = rldbg.instrument._now = time.time_ns
         self.role, self.rank = role, rank
         ri.set_worker_identity(role, rank, world, roles=roles)
 

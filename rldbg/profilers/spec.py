@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rldbg.switches import env as _env   # read on every worker call: cheap when unset
+from rldbg.environ import env as _env   # read on every worker call: cheap when unset
 
 ENV = "RLDBG_PROFILE"
 KEYS = ("roles", "ranks", "steps", "methods", "dir", "run")
