@@ -48,9 +48,7 @@ class _Span:
         rec = _STATE.recorder
         if self.t0 and rec is not None:
             c = _CTX
-            # No args: None, not the empty dict. An event holding only atomic values is untracked
-            # by the cyclic GC after its first pass; a dict inside keeps it tracked and rescanned
-            # by every collection while it waits in the buffer (bench_trace: GC was most of the cost).
+            # No args: None, not an empty dict (nothing to pack, ship or export for it).
             args = (self.args or None) if et is None else dict(self.args, error=et.__name__)
             # Inlined Recorder.emit: the hot path is one length check and a deque append.
             buf = rec.buf
