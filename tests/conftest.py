@@ -3,6 +3,7 @@ and TUI tests read it). Test modules that define Ray worker classes are importab
 workers through PYTHONPATH."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -44,21 +45,35 @@ def ray_cli_env(**extra) -> dict:
     return dict(env, **extra)
 
 
-@pytest.fixture(scope="session")
-def two_nodes():
-    """A real 2-node cluster beside the session's, held by tests/cluster_host.py (its own ports) and
-    shared by the multi-node tests: {"address", "dashboard", "nodes": [{"node_id", "head"}]}."""
+def stop_child(proc, timeout: float = 60) -> None:
+    """End a helper process the tests hold by its stdin (cluster_host.py, drivers): close it and wait,
+    killing it when it does not finish in `timeout` seconds."""
+    import subprocess
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def cluster_host(*flags):
+    """A 2-node cluster held by tests/cluster_host.py (its own ports; `flags` as it takes them):
+    yields (info, process); info = {"address", "dashboard", "nodes": [{"node_id", "head"}]}."""
     import json
     import subprocess
-    proc = subprocess.Popen([sys.executable, os.path.join(TESTS, "cluster_host.py"), "2"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=ray_cli_env())
+    proc = subprocess.Popen([sys.executable, os.path.join(TESTS, "cluster_host.py"), "2", *flags],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ray_cli_env())
     try:
-        yield json.loads(proc.stdout.readline())
+        yield json.loads(proc.stdout.readline()), proc
     finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_child(proc)
+
+
+@pytest.fixture(scope="session")
+def two_nodes():
+    """A real 2-node cluster beside the session's, shared by the multi-node tests (cluster_host)."""
+    with cluster_host() as (info, _proc):
+        yield info
 

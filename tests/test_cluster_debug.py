@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ray_cli_env
+from conftest import ray_cli_env, stop_child
 from polling import until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,12 +45,7 @@ def run(two_nodes, tmp_path_factory):
         assert (where[0][1], where[1][1]) == (head, other), (where, two_nodes["nodes"])
         yield two_nodes, where, head, other
     finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_child(proc, timeout=120)
 
 
 def test_top_and_stack_reach_both_nodes(run):

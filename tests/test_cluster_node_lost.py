@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TESTS, ray_cli_env
+from conftest import cluster_host, ray_cli_env
 from polling import until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,20 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def small_cluster():
-    proc = subprocess.Popen([sys.executable, os.path.join(TESTS, "cluster_host.py"), "2", "--no-profiling",
-                             "--fast-node-death"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ray_cli_env())
-    try:
-        info = json.loads(proc.stdout.readline())
-        info["proc"] = proc
-        yield info
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with cluster_host("--no-profiling", "--fast-node-death") as (info, proc):
+        yield dict(info, proc=proc)
 
 
 def _kill_node(cluster, node_id: str) -> None:
