@@ -8,8 +8,7 @@ import json
 from rldbg.trace import events as ev
 from rldbg.trace.collector import Collector
 from rldbg.trace.export import export_spill
-from rldbg.trace.recorder import _encode
-from rldbg.trace.spill import SpillWriter, decode_events, iter_batches, iter_records
+from rldbg.trace.spill import SpillWriter, decode_events, encode_events, iter_batches, iter_records
 
 
 def _events(n, rank=0):
@@ -32,7 +31,7 @@ def test_round_trip_through_the_collector_with_rotation_and_resume(tmp_path, mon
         sent.append(evs)
         meta = {"pid": 7, "host": "h", "dropped": 0, "lost": {}, "node_id": "n", "node_ip": "127.0.0.1",
                 "clock_offset_ns": -5, "clock_rtt_ns": 9, "n": len(evs)}
-        assert c.ingest(meta, _encode(evs)) == len(evs)   # as a shipper sends it: packed bytes
+        assert c.ingest(meta, encode_events(evs)) == len(evs)   # as a shipper sends it: packed bytes
     assert c.events_since(0)[1] == [list(e) for evs in sent for e in evs]   # the live view decodes the same
     c.writer.close()
     # the collector died; its replacement resumes in the next file and keeps what was written
@@ -56,10 +55,10 @@ def test_types_json_cannot_pack_travel_as_text(tmp_path):
             return "odd!"
 
     evs = [ev.instant_event("user", "x", 1, "driver", 0, None, None, {"big": 1 << 70, "odd": Odd()})]
-    back = decode_events(_encode(evs))
+    back = decode_events(encode_events(evs))
     assert back[0][10] == {"big": str(1 << 70), "odd": "odd!"}
     evs = [ev.instant_event("user", "x", 1, "driver", 0, None, None, {"odd": Odd(), "n": 3})]
-    assert decode_events(_encode(evs))[0][10] == {"odd": "odd!", "n": 3}
+    assert decode_events(encode_events(evs))[0][10] == {"odd": "odd!", "n": 3}
 
 
 def test_export_writes_what_json_dumps_of_each_event_dict_would(tmp_path):

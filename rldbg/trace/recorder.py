@@ -74,9 +74,6 @@ class Recorder:
         return out
 
 
-_encode = encode_events   # the batch's events as the msgpack array the spill stores, as is
-
-
 def _identity() -> dict:
     try:
         from rldbg.context import current
@@ -207,7 +204,7 @@ class Shipper:
                     # Packed here (msgpack: a few hundred ns per event, against microseconds for
                     # JSON), not in the collector: the one collector only appends the bytes to the
                     # spill, so it keeps up with many producers.
-                    payload = _encode(batch)
+                    payload = encode_events(batch)
                     self.inflight.append((self.collector.ingest.remote(dict(self._meta(), n=len(batch)), payload),
                                           len(batch)))
                     self.rec.recorded += len(batch)
