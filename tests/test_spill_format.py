@@ -79,7 +79,8 @@ def test_export_writes_what_json_dumps_of_each_event_dict_would(tmp_path):
                      "dur": "0.500", "args": {"group": "actor", "é": [1, 2.5, None], "role": "actor", "rank": 0,
                                               "step": 0, "method": "update_actor", "node": "nodeabcd",
                                               "ip": "10.0.0.1"},
-                     "bind_id": 1, "flow_in": True, "flow_out": True}
+                     # flow 0's bind id: flow x 2 tracks (driver 0, actor 0) + actor 0's place (1) + 1
+                     "bind_id": 2, "flow_in": True, "flow_out": True}
     mark = next(e for e in got if e.get("name") == 'mark "q"')
     assert mark == {"ph": "i", "s": "t", "pid": 2, "tid": 1, "cat": "user", "name": 'mark "q"', "ts": "5.100",
                     "args": {"role": "actor", "rank": 0, "step": None}}

@@ -1,4 +1,4 @@
-"""rldbg export [--address ADDR [--collector NAME] | SPILL_DIR] -o trace.json[.gz]
+"""rldbg export [--address ADDR [--collector NAME] | SPILL_DIR] -o trace.json[.gz] [--jobs N]
 
 A damaged spill (a torn record, garbage, a record failing its checksum, malformed events) is recovered:
 every valid batch and event is exported, and a warning on stderr names each damaged file and
@@ -17,6 +17,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--address", help="Ray cluster address of a running traced job (e.g. auto)")
     parser.add_argument("--collector", help="collector actor name (default: the only rldbg-collector-*)")
     parser.add_argument("-o", "--output", required=True, help="output trace, .json or .json.gz")
+    parser.add_argument("--jobs", metavar="N",
+                        help="processes reading and formatting the spill side by side (default: one per "
+                             "core, up to 4, for a spill over 16 MB; 1 for one process); the file is the same")
 
 
 def _spill_from_cluster(address: str, name: str | None) -> str:
@@ -44,13 +47,19 @@ def run(args) -> int:
     if not (args.output.endswith(".json") or args.output.endswith(".json.gz")):
         print(f"rldbg export: output {args.output!r} must end in .json or .json.gz", file=sys.stderr)
         return 2
+    jobs = args.jobs
+    if jobs is not None:
+        if not jobs.isdigit() or int(jobs) < 1:
+            print(f"rldbg export: --jobs must be a positive integer, got {jobs!r}", file=sys.stderr)
+            return 2
+        jobs = int(jobs)
     if bool(args.spill_dir) == bool(args.address):
         print("rldbg export: give either SPILL_DIR or --address (not both, not neither)", file=sys.stderr)
         return 2
     try:
         spill = args.spill_dir or _spill_from_cluster(args.address, args.collector)
         damage: list = []
-        info = export_spill(spill, args.output, damage=damage)   # one read of the spill, damage noted on the way
+        info = export_spill(spill, args.output, damage=damage, jobs=jobs)   # damage noted on the way
     except (FileNotFoundError, ValueError) as e:
         print(f"rldbg export: {e}", file=sys.stderr)
         return 2

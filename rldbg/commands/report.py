@@ -11,6 +11,7 @@ import sys
 
 HELP = "summarise a trace: time per role, stragglers, idle time, memory"
 DAMAGED_RC = 3
+EXIT_AT_ONCE = True   # rldbg.cli: skip freeing the loaded trace object by object at exit
 
 
 def add_arguments(parser) -> None:
@@ -21,8 +22,10 @@ def add_arguments(parser) -> None:
 
 
 def recorded_losses(events: list) -> str | None:
-    """One line from the trace's own loss records (see trace/collector.py), or None."""
-    summary = next((e.get("args") or {} for e in events if e.get("name") == "rldbg trace losses"), None)
+    """One line from the trace's own loss records (see trace/collector.py), or None. Both records
+    are written last (the collector's summary as it closes, the exporter's total as its final
+    line): looked for from the end, they are found without walking a million events."""
+    summary = next((e.get("args") or {} for e in reversed(events) if e.get("name") == "rldbg trace losses"), None)
     if summary:
         causes = ", ".join(f"{n} {c}" for c, n in sorted((summary.get("by_cause") or {}).items()))
         silent = summary.get("silent") or []
@@ -31,7 +34,7 @@ def recorded_losses(events: list) -> str | None:
                              f"collector restarted {summary['collector_restarts']}x"
                              if summary.get("collector_restarts") else "") if p]
         return f"the trace records {summary.get('total_lost', 0)} events lost ({'; '.join(parts)})"
-    total = next(((e.get("args") or {}).get("total") for e in events
+    total = next(((e.get("args") or {}).get("total") for e in reversed(events)
                   if e.get("name") == "rldbg dropped events" and e.get("ph") == "C"), 0)
     return f"the trace records {total} events dropped" if total else None
 

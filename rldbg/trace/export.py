@@ -16,6 +16,7 @@ clock. The "rldbg trace start" instant's args hold the per-process estimates ("c
 """
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import os
@@ -62,6 +63,16 @@ class _Index:
         self.offsets: dict[str, int] = {}         # "host:pid" -> ns to add to its timestamps
         self.n = 0
         self.kept: list | None = None   # pass 1's decoded batches, when few enough
+        self.slots: dict[tuple, int] = {}         # (role, rank) -> its place in bind ids (finish())
+        self.driver_flows: set = set()            # flows of the driver calls seen (pass 2 needs their rank_ends)
+
+    def see(self, meta: dict, evs) -> None:
+        """One batch of pass 1."""
+        key = self.see_batch(meta)
+        if evs:
+            self.see_batch_events(key, evs)
+        if meta.get("dropped"):
+            self.drops[key] = [meta["dropped"], meta.get("t_sent", 0)]
 
     def see_batch(self, batch: dict) -> str:
         """Note the batch's process and its clock estimate; returns the process key."""
@@ -91,8 +102,36 @@ class _Index:
             self.ranks.setdefault(role, set()).add(rank)
         ends = self.rank_ends
         for ev in evs:
-            if ev[1] == "call" and ev[0] == SLICE and ev[9] is not None:
-                ends.setdefault(ev[9], {})[(ev[5], ev[6])] = (ev[3] + ev[4], key)
+            if ev[1] == "call" and ev[9] is not None:
+                if ev[0] == SLICE:
+                    ends.setdefault(ev[9], {})[(ev[5], ev[6])] = (ev[3] + ev[4], key)
+                elif ev[0] == DRIVER_CALL:
+                    self.driver_flows.add(ev[9])
+
+    def merge(self, later: "_Index") -> None:
+        """Fold in what pass 1 learnt from the part of the spill right after this one's (a
+        reader working beside this one: rldbg.trace.export_jobs). The result is what one pass
+        over both parts in a row learns: first sightings keep their order, later batches win
+        where a later batch overrides, a process keeps its best clock estimate."""
+        for role in later.roles:
+            if role not in self.roles:
+                self.roles[role] = len(self.roles) + 1
+        for role, ranks in later.ranks.items():
+            self.ranks.setdefault(role, set()).update(ranks)
+        for flow, ends in later.rank_ends.items():
+            self.rank_ends.setdefault(flow, {}).update(ends)
+        self.drops.update(later.drops)
+        for key, p in later.procs.items():
+            mine = self.procs.setdefault(key, p)
+            u = p["clock_uncertainty_ns"]
+            if mine is not p and u is not None and (mine["clock_uncertainty_ns"] is None or u < mine["clock_uncertainty_ns"]):
+                mine["clock_offset_ns"], mine["clock_uncertainty_ns"] = p["clock_offset_ns"], u
+        self.rank_proc.update(later.rank_proc)
+        self.driver_flows |= later.driver_flows
+        for key, ts in later.first.items():
+            if key not in self.first or ts < self.first[key]:
+                self.first[key] = ts
+        self.n += later.n
 
     def finish(self, align: bool) -> None:
         """One offset per process, its best estimate (smallest round trip): the same shift for all
@@ -107,6 +146,26 @@ class _Index:
                 ends[rr] = end + self.offsets.get(key, 0)
         for key, d in self.drops.items():
             d[1] += self.offsets.get(key, 0)
+        self.slots = {rr: i for i, rr in enumerate((role, rank) for role in self.roles
+                                                   for rank in sorted(self.ranks.get(role, ())))}
+
+    def for_flows(self, flows: set) -> "_Index":
+        """A copy for a reader formatting part of the spill: rank slice ends only for the
+        driver calls in `flows` (the ones it expands), not a million of them."""
+        part = copy.copy(self)
+        part.rank_ends = {f: self.rank_ends[f] for f in flows if f in self.rank_ends}
+        part.kept = None
+        return part
+
+    def bind_id(self, flow, role: str, rank: int) -> int | None:
+        """The flow id joining the driver's send/recv for `flow` to role/rank's slice: computed,
+        not handed out in order, so readers formatting parts of the spill side by side agree.
+        None for a flow that is not a small non-negative int (not rldbg's own): no arrow."""
+        slot = self.slots.get((role, rank))
+        if type(flow) is not int or flow < 0 or slot is None:
+            return None
+        fid = flow * len(self.slots) + slot + 1
+        return fid if fid < 1 << 63 else None
 
     def clock(self) -> dict:
         """The trace metadata on clocks: reference, worst uncertainty, per-process estimates."""
@@ -120,50 +179,87 @@ class _Index:
 KEEP_DECODED = 2_000_000   # events pass 1 keeps decoded for pass 2 (about 0.5 GB); beyond, pass 2 rereads
 
 
-def _index(spill_dir: str, align: bool = True, damage: list | None = None) -> _Index:
+def _index(spill_dir: str, align: bool = True, damage: list | None = None, pieces: list | None = None,
+           keep: int = KEEP_DECODED) -> _Index:
+    """Pass 1 over the spill, or over `pieces` of it (rldbg.trace.spill.split; then unfinished:
+    the caller merges the parts and finishes)."""
     idx = _Index(read_meta(spill_dir))
     kept: list | None = []
-    for meta, evs in iter_records(spill_dir, damage, tuples=True):
+    for meta, evs in iter_records(spill_dir, damage, tuples=True, pieces=pieces):
         if kept is not None:
             kept.append((meta, evs))
-            if idx.n + len(evs) > KEEP_DECODED:
+            if idx.n + len(evs) > keep:
                 kept = None
-        key = idx.see_batch(meta)
-        if evs:
-            idx.see_batch_events(key, evs)
-        if meta.get("dropped"):
-            idx.drops[key] = [meta["dropped"], meta.get("t_sent", 0)]
-    idx.finish(align)
+        idx.see(meta, evs)
+    if pieces is None:
+        idx.finish(align)
     idx.kept = kept
     return idx
 
 
+def write_events(f, idx: _Index, spill_dir: str, pieces: list | None = None) -> int:
+    """Pass 2: the events of the spill (or of `pieces` of it) as JSON lines, each ending ",\n";
+    returns how many were written."""
+    fmt, written = _Formatter(idx), 0
+    batches, idx.kept = (idx.kept if idx.kept is not None else
+                         iter_records(spill_dir, tuples=True, pieces=pieces)), None
+    for meta, evs in batches:
+        if not evs:
+            continue
+        parts = fmt.batch(evs, idx.offsets.get(_key(meta), 0))
+        if parts:
+            f.write((",\n".join(parts) + ",\n").encode("utf-8", "replace"))
+            written += len(parts)
+    return written
+
+
 def _open(path: str):
+    _check_out(path)
     if path.endswith(".gz"):
         # Level 1: about twice level 3's speed for a few % more bytes; the trace is written once.
         return gzip.open(path, "wb", compresslevel=1)
-    if path.endswith(".json"):
-        return open(path, "wb")
-    raise ValueError(f"output {path!r} must end in .json or .json.gz")
+    return open(path, "wb")
 
 
 def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool = True,
-                 damage: list | None = None) -> dict:
+                 damage: list | None = None, jobs: int | None = None) -> dict:
     """Write the trace; returns {"events": n_in, "written": n_out, "path": out_path}.
     align_clocks=False writes each process's own timestamps (to see what the correction did).
     `damage`, when given, receives the spill's damaged regions (rldbg.trace.spill.iter_records).
     `extra(put, locate, origin_ns)` may add events of its own before the trailer: put(event dict)
     writes one, locate(role, rank) -> (pid, tid, clock offset ns to add to that rank's own
     timestamps) or None places it on a rank's track. The
-    exporter knows nothing of who adds them (rldbg.trace.session passes the torch.profiler merge)."""
+    exporter knows nothing of who adds them (rldbg.trace.session passes the torch.profiler merge).
+    `jobs`: processes reading and formatting the spill side by side (rldbg.trace.export_jobs);
+    None picks by the spill's size and the cores here. The file is the same either way."""
+    from rldbg.trace import export_jobs
+    if jobs is not None and (type(jobs) is not int or jobs < 1):
+        raise ValueError(f"jobs must be a positive int or None, got {jobs!r}")
+    _check_out(out_path)
+    n_jobs = export_jobs.choose(spill_dir, jobs)
     with no_gc():
+        if n_jobs > 1:
+            done = export_jobs.export(spill_dir, out_path, extra, align_clocks, damage, n_jobs)
+            if done is not None:
+                return done
         return _export(spill_dir, out_path, extra, align_clocks, damage)
+
+
+def _check_out(path: str) -> None:
+    if not (path.endswith(".json") or path.endswith(".json.gz")):
+        raise ValueError(f"output {path!r} must end in .json or .json.gz")
 
 
 def _export(spill_dir: str, out_path: str, extra, align_clocks: bool, damage: list | None) -> dict:
     idx = _index(spill_dir, align_clocks, damage)
+    return write_trace(out_path, idx, align_clocks, extra, lambda f: write_events(f, idx, spill_dir))
+
+
+def write_trace(out_path: str, idx: _Index, align_clocks: bool, extra, events) -> dict:
+    """The file around the events: track metadata and the trace-start record first, then
+    `events(f)` (writes the event lines, returns how many), then what `extra` adds and the
+    loss records, last the trailer."""
     os.makedirs(os.path.dirname(os.path.abspath(out_path)) or ".", exist_ok=True)
-    flow_ids: dict = {}
     written = 0
     with _open(out_path) as f:
         def put(obj: dict) -> None:
@@ -181,22 +277,7 @@ def _export(spill_dir: str, out_path: str, extra, align_clocks: bool, damage: li
         put({"ph": "i", "s": "g", "pid": 1, "tid": 1, "name": "rldbg trace start", "ts": "0.000",
              "args": {"origin_unix_ns": idx.origin, "job_id": idx.meta.get("job_id"), "format": "rldbg-1",
                       "clock": dict(idx.clock(), aligned=align_clocks)}})
-        nodes = {rr: (p.get("node_id", "")[:8], p.get("node_ip", "")) for rr, p in
-                 ((rr, idx.procs.get(k, {})) for rr, k in idx.rank_proc.items())}
-
-        def flow_id(flow, role, rank) -> int:
-            return flow_ids.setdefault((flow, role, rank), len(flow_ids) + 1)
-
-        fmt = _Formatter(idx, nodes, flow_id, flow_ids)
-        batches, idx.kept = (idx.kept if idx.kept is not None else iter_records(spill_dir, tuples=True)), None
-        for meta, evs in batches:
-            if not evs:
-                continue
-            off = idx.offsets.get(_key(meta), 0)
-            parts = fmt.batch(evs, off)
-            if parts:
-                f.write((",\n".join(parts) + ",\n").encode("utf-8", "replace"))
-                written += len(parts)
+        written += events(f)
         if extra is not None:
             def locate(role, rank):
                 if rank not in idx.ranks.get(role, ()):
@@ -230,8 +311,11 @@ class _Formatter:
     (same keys, same order); an event whose args carry a key the exporter also sets takes the
     dict path, so its args win as before."""
 
-    def __init__(self, idx: _Index, nodes: dict, flow_id, flow_ids: dict):
-        self.idx, self.nodes, self.flow_id, self.flow_ids = idx, nodes, flow_id, flow_ids
+    def __init__(self, idx: _Index):
+        self.idx = idx
+        # Where each rank's process runs, shown on its call slices.
+        self.nodes = {rr: (p.get("node_id", "")[:8], p.get("node_ip", "")) for rr, p in
+                      ((rr, idx.procs.get(k, {})) for rr, k in idx.rank_proc.items())}
         self.cache: dict = {}   # key -> (prefix up to the ts digits, args JSON, args without braces, defaults)
 
     def _template(self, key) -> tuple:
@@ -261,7 +345,7 @@ class _Formatter:
     def batch(self, evs, off: int) -> list:
         """The JSON texts of a batch's events (a driver call expands into several), in order."""
         base = off - self.idx.origin
-        cache, template, enc, flow_id, flow_ids = self.cache, self._template, _enc, self.flow_id, self.flow_ids
+        cache, template, enc, bind_id = self.cache, self._template, _enc, self.idx.bind_id
         out, r3 = [], _R3
         app = out.append
         for ev in evs:
@@ -289,8 +373,8 @@ class _Formatter:
                     aj = _dumps(a)
                 dq, dr = divmod(dur, 1000)
                 dr = r3[dr]
-                if flow is not None and cat == "call":
-                    fid = flow_ids.get((flow, role, rank)) or flow_id(flow, role, rank)
+                fid = bind_id(flow, role, rank) if flow is not None and cat == "call" else None
+                if fid is not None:
                     app(f'{t[0]}{q}.{r}","dur":"{dq}.{dr}","args":{aj},'
                         f'"bind_id":{fid},"flow_in":true,"flow_out":true}}')
                 else:
@@ -313,7 +397,7 @@ class _Formatter:
             ev = ev._replace(ts_ns=ev.ts_ns + off)
             if ev.args and ev.args.get("t_dispatched"):
                 ev = ev._replace(args=dict(ev.args, t_dispatched=int(ev.args["t_dispatched"]) + off))
-        _driver_call(lambda obj: app(_dumps(obj)), ev, self.idx, self.flow_id)
+        _driver_call(lambda obj: app(_dumps(obj)), ev, self.idx)
 
 
 _TEMPLATED = frozenset((SLICE, INSTANT, "C"))
@@ -327,7 +411,7 @@ def _where(idx: _Index, role: str, rank: int) -> dict:
             if k in p}
 
 
-def _driver_call(put, ev, idx: _Index, flow_id) -> None:
+def _driver_call(put, ev, idx: _Index) -> None:
     ts, dur, stp, method, flow, args = ev.ts_ns, ev.dur_ns, ev.step, ev.method, ev.flow, ev.args
     o = idx.origin
     end, world = ts + dur, int(args.get("world") or 0)
@@ -349,13 +433,17 @@ def _driver_call(put, ev, idx: _Index, flow_id) -> None:
         e = {"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": f"send → rank {i}",
              "ts": _us(ts + i * step_ns - o), "dur": _us(step_ns),
              "args": dict(base, rank=i, shard=shards[i] if i < len(shards) else None)}
-        if i in roles_of:
-            e.update(bind_id=flow_id(flow, roles_of[i], i), flow_out=True)
+        fid = idx.bind_id(flow, roles_of[i], i) if i in roles_of else None
+        if fid is not None:
+            e.update(bind_id=fid, flow_out=True)
         put(e)
     put({"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": "wait", "ts": _us(t_disp - o),
          "dur": _us(end - t_disp), "args": base})
     for (ro, r), t in sorted(ends.items(), key=lambda kv: kv[1]):
         at = min(max(t, t_disp), end)
-        put({"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": f"recv ← rank {r}",
-             "ts": _us(at - o), "dur": "0.000", "args": dict(base, rank=r, role_served=ro),
-             "bind_id": flow_id(flow, ro, r), "flow_in": True})
+        e = {"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": f"recv ← rank {r}",
+             "ts": _us(at - o), "dur": "0.000", "args": dict(base, rank=r, role_served=ro)}
+        fid = idx.bind_id(flow, ro, r)
+        if fid is not None:
+            e.update(bind_id=fid, flow_in=True)
+        put(e)

@@ -131,8 +131,8 @@ def role_shares(t: Trace) -> dict:
     by_role = defaultdict(list)
     for c in t.calls:
         by_role[c["role"]].append((c["ts"], c["end"]))
-    out = {role: {"busy_s": _union(_clip(iv, windows)) / 1e9, "share": _union(_clip(iv, windows)) / total}
-           for role, iv in sorted(by_role.items())}
+    busy = {role: _union(_clip(iv, windows)) for role, iv in sorted(by_role.items())}
+    out = {role: {"busy_s": b / 1e9, "share": b / total} for role, b in busy.items()}
     return {"step_time_s": total / 1e9, "steps": len(t.steps), "roles": out}
 
 

@@ -134,67 +134,96 @@ def _check(evs, seq=list):
     return seq(ev for ev in evs if _valid_event(ev, seq))
 
 
-def iter_records(spill_dir: str, damage: list | None = None, tuples: bool = False) -> Iterator[tuple[dict, list]]:
+def iter_records(spill_dir: str, damage: list | None = None, tuples: bool = False,
+                 pieces: list | None = None) -> Iterator[tuple[dict, list]]:
     """(batch meta, valid event lists) for each readable record, in arrival order; with
-    tuples=True the events (and any lists inside them) are tuples."""
-    seq = tuple if tuples else list
-    for path in event_files(spill_dir):
+    tuples=True the events (and any lists inside them) are tuples. `pieces` (from split())
+    limits it to the records that start inside those byte ranges."""
+    for path, lo, hi in pieces if pieces is not None else [(p, 0, None) for p in event_files(spill_dir)]:
         with open(path, "rb") as f:
             data = f.read()
-        view, n, at = memoryview(data), len(data), 0
-        while at < n:
-            if data[at:at + 4] != MAGIC:
-                if n - at < 4 and MAGIC.startswith(data[at:]):
-                    if damage is not None:
-                        damage.append((path, at, "torn last record"))
-                    break
+        yield from _file_records(path, data, damage, tuple if tuples else list, lo, len(data) if hi is None else hi)
+
+
+def split(spill_dir: str, parts: int) -> list[list]:
+    """The spill's files cut into `parts` runs of about equal bytes, each a list of pieces
+    (path, start, stop) in write order, for readers working side by side: iter_records over
+    every part, part after part, yields what one reader over the whole spill yields (a record
+    belongs to the part its first byte falls in). Cut at the sizes seen now; a live spill's
+    later records are not in any part."""
+    files = [(p, os.path.getsize(p)) for p in event_files(spill_dir)]
+    total = sum(n for _, n in files)
+    cuts = [k * total // parts for k in range(parts + 1)]   # the parts' bounds in all files' bytes end to end
+    out, g0 = [[] for _ in range(parts)], 0
+    for path, n in files:
+        for k in range(parts):
+            lo, hi = max(cuts[k], g0), min(cuts[k + 1], g0 + n)
+            if lo < hi:
+                out[k].append((path, lo - g0, hi - g0))
+        g0 += n
+    return out
+
+
+def _file_records(path: str, data: bytes, damage: list | None, seq, lo: int, hi: int):
+    """The records of one file's bytes that start in [lo, hi). A reader starting mid-file (lo > 0)
+    skips to the first whole record there without calling what it skips damage: the reader of
+    the range before owns those bytes, and reads its last record through to its end."""
+    view, n, at = memoryview(data), len(data), lo
+    found = lo == 0   # before the first record found, a mid-file reader is still looking for its start
+    while at < hi:
+        bad = None
+        if data[at:at + 4] != MAGIC:
+            if n - at < 4 and MAGIC.startswith(data[at:]):
+                bad = "torn last record"
+            else:
                 nxt = data.find(MAGIC, at + 1)
-                if damage is not None:
-                    damage.append((path, at, f"{(nxt if nxt >= 0 else n) - at} unreadable byte(s)"))
-                if nxt < 0:
-                    break
-                at = nxt
-                continue
-            if at + _HEAD.size > n:
-                if damage is not None:
-                    damage.append((path, at, "torn last record"))
+                bad = f"{(nxt if nxt >= 0 else n) - at} unreadable byte(s)"
+        elif at + _HEAD.size > n:
+            bad = "torn last record"
+        if bad is not None:
+            if found and damage is not None:
+                damage.append((path, at, bad))
+            if bad == "torn last record":
                 break
-            _, mlen, elen, crc = _HEAD.unpack_from(data, at)
-            body, end = at + _HEAD.size, at + _HEAD.size + mlen + elen
-            if end > n:
-                if damage is not None:
-                    nxt = data.find(MAGIC, at + 1)
-                    damage.append((path, at, "torn last record" if nxt < 0 else "record cut short"))
-                nxt = data.find(MAGIC, at + 1)
-                if nxt < 0:
-                    break
-                at = nxt
-                continue
+            at = data.find(MAGIC, at + 1)
+            if at < 0:
+                break
+            continue
+        _, mlen, elen, crc = _HEAD.unpack_from(data, at)
+        body, end = at + _HEAD.size, at + _HEAD.size + mlen + elen
+        nxt = -1
+        if end > n:
+            nxt = data.find(MAGIC, at + 1)
+            bad = "torn last record" if nxt < 0 else "record cut short"
+        else:
             mb, eb = view[body:body + mlen], view[body + mlen:end]
             if zlib.crc32(eb, zlib.crc32(mb)) != crc:
-                if damage is not None:
-                    damage.append((path, at, "corrupt record (checksum mismatch)"))
                 nxt = data.find(MAGIC, at + 1)
-                if nxt < 0:
-                    break
-                at = nxt
-                continue
-            try:
-                meta = msgpack.unpackb(mb, raw=False, strict_map_key=False)
-                evs = decode_events(eb, tuples)
-                if not isinstance(meta, dict):
-                    raise ValueError("not a batch record")
-            except Exception as e:
-                if damage is not None:
-                    damage.append((path, at, f"unreadable record ({str(e)[:80]})"))
-                at = end
-                continue
-            good = _check(evs, seq)
-            if len(good) != (len(evs) if type(evs) is seq else -1) and damage is not None:
-                bad = len(evs) - len(good) if type(evs) is seq else "all"
-                damage.append((path, at, f"{bad} malformed event(s) in a batch"))
+                bad = "corrupt record (checksum mismatch)"
+        if bad is not None:
+            if found and damage is not None:
+                damage.append((path, at, bad))
+            if nxt < 0:
+                break
+            at = nxt
+            continue
+        found = True
+        try:
+            meta = msgpack.unpackb(mb, raw=False, strict_map_key=False)
+            evs = decode_events(eb, seq is tuple)
+            if not isinstance(meta, dict):
+                raise ValueError("not a batch record")
+        except Exception as e:
+            if damage is not None:
+                damage.append((path, at, f"unreadable record ({str(e)[:80]})"))
             at = end
-            yield meta, good
+            continue
+        good = _check(evs, seq)
+        if len(good) != (len(evs) if type(evs) is seq else -1) and damage is not None:
+            bad = len(evs) - len(good) if type(evs) is seq else "all"
+            damage.append((path, at, f"{bad} malformed event(s) in a batch"))
+        at = end
+        yield meta, good
 
 
 def iter_batches(spill_dir: str, damage: list | None = None) -> Iterator[dict]:

@@ -1,0 +1,182 @@
+"""Exporting a big spill with several processes side by side.
+
+Reading the spill (msgpack) and formatting each event's JSON are both per-event Python work, a
+few µs an event on one core. The spill is cut into parts of about equal bytes
+(rldbg.trace.spill.split); the exporting process reads and formats the first part itself and
+one helper process per other part does the same for its part:
+
+1. pass 1: each reads its part and learns what it holds (tracks, processes, clocks, the rank
+   slices that end each driver call) and sends that to the exporting process, which merges the
+   parts in order (export._Index.merge): the same index one pass over the whole spill learns.
+   The rank slice ends follow in a second exchange, only for the driver calls found anywhere;
+2. pass 2: each gets the merged index back and writes its part's event lines to a file of its
+   own beside the output; the exporting process writes the head, its own part, then each
+   helper's lines in part order, then the tail.
+
+The file is the one a single process writes (bind ids are computed, not handed out in order).
+A helper is `python -m rldbg.trace.export_jobs`, talking pickles over its stdin/stdout: no
+fork, so it is safe from a Ray driver full of threads. Whatever goes wrong on the way (a helper
+that dies, a pickle that does not arrive) ends the helpers and the single-process export runs
+instead: the trace is written either way.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+
+MIN_BYTES = 16 << 20   # below about 300k events a helper's start-up eats what it saves
+MAX_JOBS = 4
+
+
+def choose(spill_dir: str, jobs: int | None) -> int:
+    """How many processes export this spill: `jobs` when given, else 1 for a small spill and
+    otherwise one per core this process may run on, up to MAX_JOBS."""
+    if jobs is not None:
+        return jobs
+    from rldbg.trace.spill import SpillError, event_files
+    try:
+        size = sum(os.path.getsize(p) for p in event_files(spill_dir))
+    except (OSError, SpillError):
+        return 1   # the single-process path says what is wrong with it
+    if size < MIN_BYTES:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:   # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_JOBS, size // (MIN_BYTES // 2)))
+
+
+def export(spill_dir: str, out_path: str, extra, align: bool, damage: list | None, jobs: int) -> dict | None:
+    """The trace written with `jobs` processes; None when that failed (nothing of it is left:
+    the caller then exports in one process)."""
+    from rldbg.trace import export as ex
+    from rldbg.trace.spill import split
+    parts = split(spill_dir, jobs)
+    helpers: list[subprocess.Popen] = []
+    outs = [f"{out_path}.part{k}.{os.getpid()}" for k in range(1, jobs)]
+    try:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        for k in range(1, jobs):
+            h = subprocess.Popen([sys.executable, "-m", "rldbg.trace.export_jobs"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, env=env)
+            helpers.append(h)
+            _send(h, ("index", spill_dir, parts[k], align))
+        dmg: list = []
+        idx = ex._index(spill_dir, align, dmg, pieces=parts[0], keep=ex.KEEP_DECODED // jobs)
+        flows = [idx.driver_flows]
+        for h in helpers:
+            later, later_dmg = _receive(h)
+            idx.merge(later)
+            flows.append(later.driver_flows)
+            dmg += later_dmg
+        # Rank slice ends travel only for the driver calls of the whole spill (a few per step),
+        # not one per rank call: ask each helper for those now that all are known.
+        wanted = idx.driver_flows
+        idx.rank_ends = {f: e for f, e in idx.rank_ends.items() if f in wanted}
+        for h in helpers:
+            _send(h, ("ends", wanted))
+        for h in helpers:
+            for f, ends in _receive(h).items():
+                idx.rank_ends.setdefault(f, {}).update(ends)
+        idx.finish(align)
+        kept, idx.kept = idx.kept, None
+        for h, part_out, fl in zip(helpers, outs, flows[1:]):
+            _send(h, ("format", idx.for_flows(fl), part_out))
+        idx.kept = kept
+
+        def events(f) -> int:
+            n = ex.write_events(f, idx, spill_dir, parts[0])
+            for h, part_out in zip(helpers, outs):
+                n += _receive(h)
+                with open(part_out, "rb") as src:
+                    while chunk := src.read(16 << 20):
+                        f.write(chunk)
+            return n
+
+        out = ex.write_trace(out_path, idx, align, extra, events)
+    except Exception as e:   # any failure: the single-process export writes the trace instead
+        print(f"rldbg export: exporting with {jobs} processes failed ({type(e).__name__}: {e}); "
+              f"exporting in one process", file=sys.stderr)
+        return None
+    finally:
+        for h in helpers:
+            _end(h)
+        for p in outs:
+            try:
+                os.remove(p)
+            except FileNotFoundError:
+                pass
+    if damage is not None:
+        damage += dmg
+    return out
+
+
+def _send(h: subprocess.Popen, msg) -> None:
+    pickle.dump(msg, h.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+    h.stdin.flush()
+
+
+def _receive(h: subprocess.Popen):
+    try:
+        kind, value = pickle.load(h.stdout)
+    except EOFError:
+        raise RuntimeError(f"helper pid {h.pid} ended early (rc {h.wait()})") from None
+    if kind == "error":
+        raise RuntimeError(f"helper pid {h.pid}: {value}")
+    return value
+
+
+def _end(h: subprocess.Popen) -> None:
+    for pipe in (h.stdin, h.stdout):
+        try:
+            pipe.close()
+        except OSError:
+            pass
+    try:
+        h.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        h.kill()
+        h.wait()
+
+
+def _helper() -> int:
+    """One helper: pass 1 over its part, then pass 2 into the file it is told. Its stdout carries
+    only pickles (fd 1 goes to stderr, so that nothing printed on the way can garble them); an
+    exporting process that goes away closes its stdin and the helper ends."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    inp = sys.stdin.buffer
+    from rldbg.trace import export as ex
+    from rldbg.trace.load import no_gc
+
+    def reply(kind, value) -> None:
+        pickle.dump((kind, value), out, protocol=pickle.HIGHEST_PROTOCOL)
+        out.flush()
+
+    try:
+        with no_gc():
+            _, spill_dir, pieces, align = pickle.load(inp)
+            dmg: list = []
+            mine = ex._index(spill_dir, align, dmg, pieces=pieces)
+            kept, mine.kept = mine.kept, None
+            ends, mine.rank_ends = mine.rank_ends, {}
+            reply("index", (mine, dmg))
+            _, wanted = pickle.load(inp)
+            reply("ends", {f: ends[f] for f in wanted if f in ends})
+            _, idx, part_out = pickle.load(inp)
+            idx.kept = kept
+            with open(part_out, "wb") as f:
+                reply("written", ex.write_events(f, idx, spill_dir, pieces))
+    except EOFError:
+        return 0   # the exporting process went away or gave up
+    except Exception as e:
+        reply("error", f"{type(e).__name__}: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_helper())

@@ -1,0 +1,107 @@
+"""Exporting a spill with several processes side by side (rldbg.trace.export_jobs) writes the
+very file one process writes: tracks and pids in first-seen order, each process's best clock
+estimate, driver calls whose rank slices lie in another part, drops, and damage in the middle
+of a part, across rotated files. A helper that cannot start leaves the one-process export to
+write the trace. As users run it: `rldbg export --jobs N` in a subprocess."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from rldbg.trace import events as ev
+from rldbg.trace.export import export_spill
+from rldbg.trace.spill import SpillWriter
+
+RLDBG = str(Path(sys.executable).with_name("rldbg"))
+
+
+def _spill(tmp_path, monkeypatch) -> str:
+    """Batches from three processes as a run ships them: each rank's call slices (flows), user
+    spans, instants, memory samples; the driver's calls (each expanded at export, its ranks'
+    slices shipped in other batches); clock estimates improving over the run; drops."""
+    monkeypatch.setattr(SpillWriter, "ROTATE", 15_000)   # several files, parts cut inside them
+    spill = str(tmp_path / "t.spill")
+    w = SpillWriter(spill, {"origin_ns": 1_000_000, "job_id": "j"})
+    t = 2_000_000
+    for step in range(30):
+        for rank, (pid, off, rtt) in enumerate([(11, 40_000 - step, 900 - 10 * step), (12, -7_000, 500)]):
+            evs = []
+            for k in range(3):
+                flow = step * 3 + k + 1
+                evs.append(ev.slice_event("call", "update_actor", t + k * 10_000 + rank * 7, 6_000 + rank * 900, "actor",
+                                          rank, step, "update_actor", flow, {"group": "actor"}))
+                evs.append(ev.slice_event("user", "forward", t + k * 10_000 + 100, 2_000, "actor", rank, step,
+                                          "update_actor", None, None if k else {"n": k, "s": "é"}))
+                evs.append(ev.memory_event(t + k * 10_000 + 50, "actor", rank, step, "update_actor",
+                                           {"rss": 1 << 30 + k, "device_used": 0.5}))
+            if step == 7 and rank == 1:
+                evs.append(ev.instant_event("user", "mark", t, "reward", 0, step, None, {"why": "new role mid-run"}))
+            w.write({"pid": pid, "host": "h", "node_id": f"node{pid}", "node_ip": "127.0.0.1",
+                     "clock_offset_ns": off, "clock_rtt_ns": rtt, "dropped": step // 10, "events": evs})
+        drv = [ev.driver_call_event("update_actor", t - 1_000, 35_000, step, "update_actor", step * 3 + k + 1,
+                                    {"group": "actor", "mode": "DP_COMPUTE_PROTO", "world": 2, "status": "ok",
+                                     "t_dispatched": t - 500, "shards": [16, 16]}) for k in range(3)]
+        drv.append(ev.slice_event("step", "step", t - 2_000, 40_000, "driver", 0, step, None))
+        w.write({"pid": 10, "host": "h", "node_id": "node10", "node_ip": "127.0.0.1", "events": drv})
+        t += 50_000
+    w.close()
+    files = sorted(Path(spill).glob("events-*.rlb"))
+    assert len(files) >= 3
+    # Garbage in the middle of the second file: the part holding those bytes names it, once.
+    data = files[1].read_bytes()
+    files[1].write_bytes(data[:len(data) // 2] + b"\xf5junk" + data[len(data) // 2:])
+    return spill
+
+
+def test_side_by_side_export_writes_the_file_one_process_writes(tmp_path, monkeypatch):
+    spill = _spill(tmp_path, monkeypatch)
+    outs, damages = {}, {}
+    for jobs in (1, 2, 3):
+        damages[jobs] = []
+        out = tmp_path / f"j{jobs}.json"
+        info = export_spill(spill, str(out), damage=damages[jobs], jobs=jobs)
+        outs[jobs] = out.read_bytes()
+        assert info["written"] > info["events"] > 500
+    assert outs[2] == outs[1] and outs[3] == outs[1]
+    assert damages[2] == damages[1] == damages[3] and len(damages[1]) == 1, damages
+    got = json.loads(outs[1])
+    pids = {e["args"]["name"]: e["pid"] for e in got if e.get("name") == "process_name"}
+    assert pids == {"driver": 1, "actor": 2, "reward": 3}
+    # Every send and recv of a driver call is bound to the rank slice it joins.
+    ranks = {e["bind_id"] for e in got if e.get("cat") == "call" and "bind_id" in e}
+    sends = [e["bind_id"] for e in got if e.get("name", "").startswith("send") and "bind_id" in e]
+    recvs = [e["bind_id"] for e in got if e.get("name", "").startswith("recv") and "bind_id" in e]
+    assert len(ranks) > 100 and set(sends) <= ranks and set(recvs) <= ranks and len(sends) == len(recvs) > 100
+    clock = next(e for e in got if e.get("name") == "rldbg trace start")["args"]["clock"]["processes"]
+    assert clock["h:11"]["uncertainty_ns"] == (900 - 10 * 29 + 1) // 2 and clock["h:11"]["offset_ns"] == 40_000 - 29
+
+
+def test_cli_jobs_as_users_run_it(tmp_path, monkeypatch):
+    spill = _spill(tmp_path, monkeypatch)
+    one, two = tmp_path / "one.json.gz", tmp_path / "two.json.gz"
+    for out, jobs in ((one, "1"), (two, "2")):
+        r = subprocess.run([RLDBG, "export", spill, "-o", str(out), "--jobs", jobs], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0 and "wrote" in r.stdout, r.stderr
+        assert "damaged spill, 1 bad region(s)" in r.stderr and "failed" not in r.stderr, r.stderr
+    import gzip
+    assert gzip.decompress(one.read_bytes()) == gzip.decompress(two.read_bytes())
+    for bad in ("0", "two", "-1"):
+        r = subprocess.run([RLDBG, "export", spill, "-o", str(tmp_path / "x.json"), "--jobs", bad],
+                           capture_output=True, text=True, timeout=60)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and f"--jobs must be a positive integer, got '{bad}'" in lines[0]
+        assert not (tmp_path / "x.json").exists()
+
+
+def test_a_helper_that_cannot_start_leaves_the_export_to_one_process(tmp_path, monkeypatch, capsys):
+    spill = _spill(tmp_path, monkeypatch)
+    export_spill(spill, str(tmp_path / "one.json"), jobs=1)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    info = export_spill(spill, str(tmp_path / "two.json"), jobs=2)
+    err = capsys.readouterr().err
+    assert "exporting with 2 processes failed (FileNotFoundError" in err and "exporting in one process" in err
+    assert (tmp_path / "two.json").read_bytes() == (tmp_path / "one.json").read_bytes() and info["events"] > 500
+    assert not list(tmp_path.glob("two.json.part*"))
