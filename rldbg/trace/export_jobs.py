@@ -105,13 +105,17 @@ def export(spill_dir: str, out_path: str, extra, align: bool, damage: list | Non
         for h in helpers:
             _end(h)
         for p in outs:
-            try:
-                os.remove(p)
-            except FileNotFoundError:
-                pass
+            _remove(p)
     if damage is not None:
         damage += dmg
     return out
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 def _send(h: subprocess.Popen, msg) -> None:
@@ -168,12 +172,20 @@ def _helper() -> int:
             reply("ends", {f: ends[f] for f in wanted if f in ends})
             _, idx, part_out = pickle.load(inp)
             idx.kept = kept
-            with open(part_out, "wb") as f:
-                reply("written", ex.write_events(f, idx, spill_dir, pieces))
-    except EOFError:
-        return 0   # the exporting process went away or gave up
+            try:
+                with open(part_out, "wb") as f:
+                    n = ex.write_events(f, idx, spill_dir, pieces)
+                reply("written", n)
+            except BaseException:
+                _remove(part_out)   # nobody will read it: never leave it beside the trace
+                raise
+    except (EOFError, BrokenPipeError):
+        return 0   # the exporting process went away or gave up: end quietly
     except Exception as e:
-        reply("error", f"{type(e).__name__}: {e}")
+        try:
+            reply("error", f"{type(e).__name__}: {e}")
+        except BrokenPipeError:
+            pass
         return 1
     return 0
 
