@@ -105,3 +105,42 @@ def test_a_helper_that_cannot_start_leaves_the_export_to_one_process(tmp_path, m
     assert "exporting with 2 processes failed (FileNotFoundError" in err and "exporting in one process" in err
     assert (tmp_path / "two.json").read_bytes() == (tmp_path / "one.json").read_bytes() and info["events"] > 500
     assert not list(tmp_path.glob("two.json.part*"))
+
+
+def _record_starts(data: bytes) -> list[int]:
+    from rldbg.trace.spill import _HEAD
+    out, at = [], 0
+    while at < len(data):
+        out.append(at)
+        _, mlen, elen, _crc = _HEAD.unpack_from(data, at)
+        at += _HEAD.size + mlen + elen
+    return out
+
+
+def test_damage_at_a_part_boundary_is_named_once_by_the_part_before(tmp_path, monkeypatch):
+    """Readers of parts side by side read and name what one reader over the spill does, for a
+    checksum failure or garbage in each record around the cut: the reader before the cut names
+    damage up to the next whole record, the reader after starts there without naming it again."""
+    from rldbg.trace.spill import iter_records, split
+    spill = Path(_spill(tmp_path, monkeypatch))
+    files = sorted(spill.glob("events-*.rlb"))
+    for extra in files[1:]:   # the first file alone, undamaged: the cut falls inside it
+        extra.unlink()
+    path, good = files[0], files[0].read_bytes()
+    starts = _record_starts(good)
+    cut = split(str(spill), 2)[1][0][1]
+    after = [s for s in starts if s >= cut][:3]
+    before = [s for s in starts if s < cut][-1:]
+    assert after and before
+    for at in before + after:
+        for how in ("flip", "garbage"):
+            bad = bytearray(good)
+            if how == "flip":
+                bad[at + 20] ^= 0xFF            # inside its meta: the checksum fails
+            else:
+                bad[at:at + 4] = b"junk"        # its magic gone: unreadable bytes up to the next record
+            path.write_bytes(bytes(bad))
+            whole_dmg, part_dmg = [], []
+            whole = list(iter_records(str(spill), whole_dmg, tuples=True))
+            parts = [r for piece in split(str(spill), 2) for r in iter_records(None, part_dmg, tuples=True, pieces=piece)]
+            assert parts == whole and part_dmg == whole_dmg and len(whole_dmg) == 1, (at, how, whole_dmg, part_dmg)

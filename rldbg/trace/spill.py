@@ -165,12 +165,14 @@ def split(spill_dir: str, parts: int) -> list[list]:
 
 
 def _file_records(path: str, data: bytes, damage: list | None, seq, lo: int, hi: int):
-    """The records of one file's bytes that start in [lo, hi). A reader starting mid-file (lo > 0)
-    skips to the first whole record there without calling what it skips damage: the reader of
-    the range before owns those bytes, and reads its last record through to its end."""
+    """The records of one file's bytes that start in [lo, hi). The range ends at the first whole
+    record (checksum intact) at or after hi: damage before that record is this reader's to name,
+    as one reader over the file would, and the record is the next reader's. A reader starting
+    mid-file (lo > 0) looks for its first whole record without naming what it skips: those
+    bytes are the reader before it's."""
     view, n, at = memoryview(data), len(data), lo
     found = lo == 0   # before the first record found, a mid-file reader is still looking for its start
-    while at < hi:
+    while at < n:
         bad = None
         if data[at:at + 4] != MAGIC:
             if n - at < 4 and MAGIC.startswith(data[at:]):
@@ -207,6 +209,8 @@ def _file_records(path: str, data: bytes, damage: list | None, seq, lo: int, hi:
                 break
             at = nxt
             continue
+        if at >= hi:
+            break   # a whole record past this range: the next reader starts here
         found = True
         try:
             meta = msgpack.unpackb(mb, raw=False, strict_map_key=False)
