@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 
-from rldbg.trace.report import Trace, _clip, _union, analyse
+from rldbg.trace.report import Cover, Trace, analyse
 from rldbg.trace.load import load_events
 
 MAX_POINTS = 500      # per series: keeps the page small and quick for long runs
@@ -48,14 +48,14 @@ def _step_role_time(t: Trace) -> tuple[list, dict, list]:
     by_role = defaultdict(list)
     for c in t.calls:
         by_role[c["role"]].append((c["ts"], c["end"]))
-    drv = [(d["ts"], d["end"]) for d in t.driver_calls]
+    covers = {r: Cover(by_role[r]) for r in roles}
+    drv = Cover([(d["ts"], d["end"]) for d in t.driver_calls])
     labels, busy, idle = [], {r: [] for r in roles}, []
     for s in sorted(t.steps, key=lambda s: s["ts"]):
-        w = [(s["ts"], s["end"])]
         labels.append(str(s["step"] if s["step"] is not None else len(labels)))
         for r in roles:
-            busy[r].append(_union(_clip(by_role[r], w)) / 1e9)
-        idle.append((s["dur"] - _union(_clip(drv, w))) / 1e9)
+            busy[r].append(covers[r].within(s["ts"], s["end"]) / 1e9)
+        idle.append((s["dur"] - drv.within(s["ts"], s["end"])) / 1e9)
     return labels, busy, idle
 
 

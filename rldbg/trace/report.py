@@ -24,26 +24,38 @@ STRAGGLER_MIN_EXCESS_NS = 5_000_000
 _RANK_COUNTER = re.compile(r"^rank (\d+) (memory|ledger)$")
 
 
-def _union(intervals: list) -> int:
-    total, end = 0, None
-    for a, b in sorted(intervals):
-        if end is None or a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total
+class Cover:
+    """The union of some intervals, merged once, answering "how much of [lo, hi) do they
+    cover" in O(log n): a long run has 10^4 steps and 10^5 calls, and clipping every call
+    against every step took minutes."""
 
+    def __init__(self, intervals):
+        starts, ends = [], []
+        for a, b in sorted(intervals):
+            if b <= a:
+                continue
+            if ends and a <= ends[-1]:
+                ends[-1] = max(ends[-1], b)
+            else:
+                starts.append(a)
+                ends.append(b)
+        self.starts, self.ends = starts, ends
+        self.pre = [0]   # pre[k]: covered length of the first k merged intervals
+        for a, b in zip(starts, ends):
+            self.pre.append(self.pre[-1] + b - a)
 
-def _clip(intervals: list, windows: list) -> list:
-    out = []
-    for a, b in intervals:
-        for wa, wb in windows:
-            lo, hi = max(a, wa), min(b, wb)
-            if lo < hi:
-                out.append((lo, hi))
-    return out
+    def within(self, lo: int, hi: int) -> int:
+        """Covered length of [lo, hi)."""
+        i = bisect.bisect_right(self.ends, lo)     # the first interval ending after lo
+        j = bisect.bisect_left(self.starts, hi)    # the first interval starting at or after hi
+        if hi <= lo or i >= j:
+            return 0
+        return self.pre[j] - self.pre[i] - max(lo - self.starts[i], 0) - max(self.ends[j - 1] - hi, 0)
+
+    def of(self, windows) -> int:
+        """Covered length of the union of `windows`."""
+        w = Cover(windows)
+        return sum(self.within(a, b) for a, b in zip(w.starts, w.ends))
 
 
 def by_phase(events: list[dict]) -> dict:
@@ -131,7 +143,7 @@ def role_shares(t: Trace) -> dict:
     by_role = defaultdict(list)
     for c in t.calls:
         by_role[c["role"]].append((c["ts"], c["end"]))
-    busy = {role: _union(_clip(iv, windows)) for role, iv in sorted(by_role.items())}
+    busy = {role: Cover(iv).of(windows) for role, iv in sorted(by_role.items())}
     out = {role: {"busy_s": b / 1e9, "share": b / total} for role, b in busy.items()}
     return {"step_time_s": total / 1e9, "steps": len(t.steps), "roles": out}
 
@@ -168,12 +180,13 @@ def stragglers(t: Trace, ratio: float = STRAGGLER_RATIO) -> dict:
 def controller_idle(t: Trace) -> dict:
     windows = _windows(t)
     total = sum(b - a for a, b in windows)
-    busy = _union(_clip([(d["ts"], d["end"]) for d in t.driver_calls], windows))
+    busy = Cover([(d["ts"], d["end"]) for d in t.driver_calls]).of(windows)
+    steps = Cover(windows)
     gaps = []
     calls = sorted(t.driver_calls, key=lambda d: d["ts"])
     for prev, nxt in zip(calls, calls[1:]):
         # Only the part of a gap inside steps counts: time between steps is not the trainer's.
-        idle = _union(_clip([(prev["end"], nxt["ts"])], windows)) if nxt["ts"] > prev["end"] else 0
+        idle = steps.within(prev["end"], nxt["ts"])
         if idle:
             gaps.append({"after": prev["name"], "before": nxt["name"], "step": prev["step"], "idle_s": idle / 1e9})
     gaps.sort(key=lambda g: -g["idle_s"])
