@@ -25,6 +25,7 @@ import socket
 import threading
 import time
 from collections import deque
+from itertools import repeat, starmap
 
 from rldbg.trace.clock import CONNECT_SAMPLES, ClockSync
 from rldbg.trace.spill import encode_events
@@ -55,13 +56,10 @@ class Recorder:
         self.buf.append(ev)
 
     def drain(self, limit: int = BATCH) -> list:
-        out, pop = [], self.buf.popleft
-        try:
-            for _ in range(min(limit, len(self.buf))):
-                out.append(pop())
-        except IndexError:
-            pass
-        return out
+        """Up to `limit` of the oldest events, taken out. Popped at C speed (starmap calls
+        popleft without a Python step per event): only the shipper pops, under its lock, and
+        recording only appends, so the length read here can only have grown by the time it pops."""
+        return list(starmap(self.buf.popleft, repeat((), min(limit, len(self.buf)))))
 
     def lose(self, cause: str, n: int) -> None:
         if n:
