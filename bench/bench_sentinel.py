@@ -4,8 +4,10 @@
 Runs demo steps on 2 ranks and keeps what every registered call returned. For each step it then
 times, as CPU time (time.process_time, so other load on the machine does not count), exactly the
 checks the sentinel makes for that step: each rank's share of every call's output (the tensors
-split as the call's ranks hold them) plus the driver's check of the merged result, repeated --reps
-times for resolution. Prints the check's CPU time per step beside the step's wall time and their
+split as the call's ranks hold them) plus, for a call whose dispatch mode computes its merge (not
+the built-in modes, which only concatenate or pick what the ranks checked: the WorkerGroup skips
+the driver's check for them), the driver's check of the merged result; repeated --reps times for
+resolution. Prints the check's CPU time per step beside the step's wall time and their
 ratio (goal ≤ 1%). Wall time on a loaded machine is inflated, so the ratio is also given against
 the step time of the fastest step seen.
 """
@@ -56,11 +58,11 @@ def main() -> None:
     groups = build_role_groups(cfg)
     captured: list = []
     for g in groups.values():
-        for name in g.methods:
-            def wrap(fn, world=g.world_size):
+        for name, reg in g.methods.items():
+            def wrap(fn, world=g.world_size, merged=not reg.mode.merges_only):
                 def call(*args, **kwargs):
                     out = fn(*args, **kwargs)
-                    captured.append((out, world))
+                    captured.append((out, world, merged))
                     return out
                 return call
             setattr(g, name, wrap(getattr(g, name)))
@@ -77,8 +79,8 @@ def main() -> None:
             train_step(step, src.batch(step), groups["actor"], groups.get("critic"), groups["reward"], cfg)
             walls.append(time.perf_counter() - t0)
             checks = []
-            for out, world in captured:
-                checks += rank_parts(out, world) + [out]
+            for out, world, merged in captured:
+                checks += rank_parts(out, world) + ([out] if merged else [])
             tensors.append(sum(len(list(sentinel._tensors(c))) for c in checks))
             c0 = time.process_time()
             for _ in range(a.reps):

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import copy
 import gzip
+import importlib
 import json
 import os
+import sys
 from json.encoder import c_make_encoder, encode_basestring
 from operator import itemgetter
 
+from rldbg.trace import export_jobs
 from rldbg.trace.clock import batch_offset, uncertainty
 from rldbg.trace.events import DRIVER_CALL, INSTANT, SLICE, decode
 from rldbg.trace.load import no_gc
@@ -232,14 +235,13 @@ def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool =
     exporter knows nothing of who adds them (rldbg.trace.session passes the torch.profiler merge).
     `jobs`: processes reading and formatting the spill side by side (rldbg.trace.export_jobs);
     None picks by the spill's size and the cores here. The file is the same either way."""
-    from rldbg.trace import export_jobs
     if jobs is not None and (type(jobs) is not int or jobs < 1):
         raise ValueError(f"jobs must be a positive int or None, got {jobs!r}")
     _check_out(out_path)
     n_jobs = export_jobs.choose(spill_dir, jobs)
     with no_gc():
         if n_jobs > 1:
-            done = export_jobs.export(spill_dir, out_path, extra, align_clocks, damage, n_jobs)
+            done = export_jobs.export(sys.modules[__name__], spill_dir, out_path, extra, align_clocks, damage, n_jobs)
             if done is not None:
                 return done
         return _export(spill_dir, out_path, extra, align_clocks, damage)
@@ -447,3 +449,9 @@ def _driver_call(put, ev, idx: _Index) -> None:
         if fid is not None:
             e.update(bind_id=fid, flow_in=True)
         put(e)
+
+
+if __name__ == "__main__":
+    # A helper of a side-by-side export. It works with the module as imported by name, not with
+    # this __main__ copy, so that what it pickles back names rldbg.trace.export's classes.
+    sys.exit(export_jobs.helper(importlib.import_module("rldbg.trace.export")))

@@ -14,8 +14,9 @@ one helper process per other part does the same for its part:
    helper's lines in part order, then the tail.
 
 The file is the one a single process writes (bind ids are computed, not handed out in order).
-A helper is `python -m rldbg.trace.export_jobs`, talking pickles over its stdin/stdout: no
-fork, so it is safe from a Ray driver full of threads. Whatever goes wrong on the way (a helper
+A helper is `python -m rldbg.trace.export` (whose main is helper() here), talking pickles over
+its stdin/stdout: no fork, so it is safe from a Ray driver full of threads. This module is handed
+the exporter module (`ex`) rather than importing it, so the two do not import each other. Whatever goes wrong on the way (a helper
 that dies, a pickle that does not arrive) ends the helpers and the single-process export runs
 instead: the trace is written either way.
 """
@@ -49,10 +50,9 @@ def choose(spill_dir: str, jobs: int | None) -> int:
     return max(1, min(cores, MAX_JOBS, size // (MIN_BYTES // 2)))
 
 
-def export(spill_dir: str, out_path: str, extra, align: bool, damage: list | None, jobs: int) -> dict | None:
-    """The trace written with `jobs` processes; None when that failed (nothing of it is left:
-    the caller then exports in one process)."""
-    from rldbg.trace import export as ex
+def export(ex, spill_dir: str, out_path: str, extra, align: bool, damage: list | None, jobs: int) -> dict | None:
+    """The trace written with `jobs` processes by the exporter module `ex`; None when that
+    failed (nothing of it is left: the caller then exports in one process)."""
     from rldbg.trace.spill import split
     parts = split(spill_dir, jobs)
     helpers: list[subprocess.Popen] = []
@@ -60,7 +60,7 @@ def export(spill_dir: str, out_path: str, extra, align: bool, damage: list | Non
     try:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         for k in range(1, jobs):
-            h = subprocess.Popen([sys.executable, "-m", "rldbg.trace.export_jobs"], stdin=subprocess.PIPE,
+            h = subprocess.Popen([sys.executable, "-m", "rldbg.trace.export"], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, env=env)
             helpers.append(h)
             _send(h, ("index", spill_dir, parts[k], align))
@@ -146,14 +146,14 @@ def _end(h: subprocess.Popen) -> None:
         h.wait()
 
 
-def _helper() -> int:
-    """One helper: pass 1 over its part, then pass 2 into the file it is told. Its stdout carries
-    only pickles (fd 1 goes to stderr, so that nothing printed on the way can garble them); an
-    exporting process that goes away closes its stdin and the helper ends."""
+def helper(ex) -> int:
+    """One helper, with the exporter module `ex`: pass 1 over its part, then pass 2 into the file
+    it is told. Its stdout carries only pickles (fd 1 goes to stderr, so that nothing printed on
+    the way can garble them); an exporting process that goes away closes its stdin and the
+    helper ends."""
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     inp = sys.stdin.buffer
-    from rldbg.trace import export as ex
     from rldbg.trace.load import no_gc
 
     def reply(kind, value) -> None:
@@ -189,6 +189,3 @@ def _helper() -> int:
         return 1
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(_helper())
