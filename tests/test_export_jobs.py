@@ -103,7 +103,7 @@ def test_a_helper_that_cannot_start_leaves_the_export_to_one_process(tmp_path, m
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
     info = export_spill(spill, str(tmp_path / "two.json"), jobs=2)
     err = capsys.readouterr().err
-    assert "exporting with 2 processes failed (FileNotFoundError" in err and "exporting in one process" in err
+    assert "exporting with 2 processes failed (cannot start" in err and "exporting in one process" in err
     assert (tmp_path / "two.json").read_bytes() == (tmp_path / "one.json").read_bytes() and info["events"] > 500
     assert not list(tmp_path.glob("two.json.part*"))
 
@@ -145,3 +145,26 @@ def test_damage_at_a_part_boundary_is_named_once_by_the_part_before(tmp_path, mo
             whole = list(iter_records(str(spill), whole_dmg, tuples=True))
             parts = [r for piece in split(str(spill), 2) for r in iter_records(None, part_dmg, tuples=True, pieces=piece)]
             assert parts == whole and part_dmg == whole_dmg and len(whole_dmg) == 1, (at, how, whole_dmg, part_dmg)
+
+
+def test_a_helper_that_dies_mid_export_leaves_the_export_to_one_process(tmp_path, monkeypatch, capsys):
+    """A helper killed after it started (as the OOM killer would): the exporting process sees its
+    pipe end, says so in one line, ends the rest and writes the trace itself."""
+    import signal
+    from rldbg.trace import export_jobs
+    spill = _spill(tmp_path, monkeypatch)
+    export_spill(spill, str(tmp_path / "one.json"), jobs=1)
+    real_send = export_jobs._send
+
+    def send_then_kill(h, msg):
+        real_send(h, msg)
+        if msg[0] == "index":
+            h.send_signal(signal.SIGKILL)
+
+    monkeypatch.setattr(export_jobs, "_send", send_then_kill)
+    export_spill(spill, str(tmp_path / "two.json"), jobs=2)
+    err = capsys.readouterr().err
+    assert "exporting with 2 processes failed (helper pid" in err and "ended early (rc -9)" in err, err
+    assert (tmp_path / "two.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+    assert not list(tmp_path.glob("two.json.part*"))
+

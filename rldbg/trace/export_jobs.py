@@ -18,7 +18,8 @@ A helper is `python -m rldbg.trace.export` (whose main is helper() here), talkin
 its stdin/stdout: no fork, so it is safe from a Ray driver full of threads. This module is handed
 the exporter module (`ex`) rather than importing it, so the two do not import each other. Whatever goes wrong on the way (a helper
 that dies, a pickle that does not arrive) ends the helpers and the single-process export runs
-instead: the trace is written either way.
+instead: the trace is written either way. Other errors (a bad output path, what `extra` raises)
+are the export's own and propagate as they would from one process.
 """
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ import os
 import pickle
 import subprocess
 import sys
+
+class HelperFailed(RuntimeError):
+    """A helper could not start, died, or answered with an error: the export goes on in one process."""
+
 
 MIN_BYTES = 16 << 20   # below about 300k events a helper's start-up eats what it saves
 MAX_JOBS = 4
@@ -60,8 +65,11 @@ def export(ex, spill_dir: str, out_path: str, extra, align: bool, damage: list |
     try:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         for k in range(1, jobs):
-            h = subprocess.Popen([sys.executable, "-m", "rldbg.trace.export"], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, env=env)
+            try:
+                h = subprocess.Popen([sys.executable, "-m", "rldbg.trace.export"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env)
+            except OSError as e:
+                raise HelperFailed(f"cannot start {sys.executable}: {e}") from None
             helpers.append(h)
             _send(h, ("index", spill_dir, parts[k], align))
         dmg: list = []
@@ -97,9 +105,9 @@ def export(ex, spill_dir: str, out_path: str, extra, align: bool, damage: list |
             return n
 
         out = ex.write_trace(out_path, idx, align, extra, events)
-    except Exception as e:   # any failure: the single-process export writes the trace instead
-        print(f"rldbg export: exporting with {jobs} processes failed ({type(e).__name__}: {e}); "
-              f"exporting in one process", file=sys.stderr)
+    except HelperFailed as e:   # the single-process export writes the trace instead
+        print(f"rldbg export: exporting with {jobs} processes failed ({e}); exporting in one process",
+              file=sys.stderr)
         return None
     finally:
         for h in helpers:
@@ -119,17 +127,20 @@ def _remove(path: str) -> None:
 
 
 def _send(h: subprocess.Popen, msg) -> None:
-    pickle.dump(msg, h.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-    h.stdin.flush()
+    try:
+        pickle.dump(msg, h.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        h.stdin.flush()
+    except OSError:   # a broken pipe: it is gone
+        raise HelperFailed(f"helper pid {h.pid} ended early (rc {h.wait()})") from None
 
 
 def _receive(h: subprocess.Popen):
     try:
         kind, value = pickle.load(h.stdout)
-    except EOFError:
-        raise RuntimeError(f"helper pid {h.pid} ended early (rc {h.wait()})") from None
+    except (EOFError, OSError, pickle.UnpicklingError):
+        raise HelperFailed(f"helper pid {h.pid} ended early (rc {h.wait()})") from None
     if kind == "error":
-        raise RuntimeError(f"helper pid {h.pid}: {value}")
+        raise HelperFailed(f"helper pid {h.pid}: {value}")
     return value
 
 
