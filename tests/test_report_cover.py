@@ -25,7 +25,7 @@ def test_cover_equals_clipping_every_interval_against_every_window():
     for _ in range(3000):
         iv = [(a, a + rng.randint(-3, 40)) for a in (rng.randint(0, 200) for _ in range(rng.randint(0, 30)))]
         w = [(a, a + rng.randint(-3, 60)) for a in (rng.randint(0, 200) for _ in range(rng.randint(0, 8)))]
-        assert Cover(iv).of(w) == _brute(iv, w), (iv, w)
+        assert Cover(iv).of(Cover(w)) == _brute(iv, w), (iv, w)
         lo, hi = rng.randint(-10, 220), rng.randint(-10, 240)
         assert Cover(iv).within(lo, hi) == _brute(iv, [(lo, hi)]), (iv, lo, hi)
 
@@ -35,5 +35,5 @@ def test_a_long_run_is_answered_without_multiplying_steps_by_calls():
     steps = [(s * 1_000, s * 1_000 + 900) for s in range(10_000)]
     calls = [(c * 50, c * 50 + 30) for c in range(200_000)]
     cover = Cover(calls)
-    assert cover.of(steps) == sum(_brute([c for c in calls[s * 20:s * 20 + 20]], [w]) for s, w in enumerate(steps))
+    assert cover.of(Cover(steps)) == sum(_brute([c for c in calls[s * 20:s * 20 + 20]], [w]) for s, w in enumerate(steps))
     assert [cover.within(a, b) for a, b in steps[:3]] == [540, 540, 540]

@@ -52,10 +52,9 @@ class Cover:
             return 0
         return self.pre[j] - self.pre[i] - max(lo - self.starts[i], 0) - max(self.ends[j - 1] - hi, 0)
 
-    def of(self, windows) -> int:
-        """Covered length of the union of `windows`."""
-        w = Cover(windows)
-        return sum(self.within(a, b) for a, b in zip(w.starts, w.ends))
+    def of(self, windows: "Cover") -> int:
+        """Covered length of what `windows` covers."""
+        return sum(self.within(a, b) for a, b in zip(windows.starts, windows.ends))
 
 
 def by_phase(events: list[dict]) -> dict:
@@ -143,7 +142,8 @@ def role_shares(t: Trace) -> dict:
     by_role = defaultdict(list)
     for c in t.calls:
         by_role[c["role"]].append((c["ts"], c["end"]))
-    busy = {role: Cover(iv).of(windows) for role, iv in sorted(by_role.items())}
+    steps = Cover(windows)
+    busy = {role: Cover(iv).of(steps) for role, iv in sorted(by_role.items())}
     out = {role: {"busy_s": b / 1e9, "share": b / total} for role, b in busy.items()}
     return {"step_time_s": total / 1e9, "steps": len(t.steps), "roles": out}
 
@@ -180,8 +180,8 @@ def stragglers(t: Trace, ratio: float = STRAGGLER_RATIO) -> dict:
 def controller_idle(t: Trace) -> dict:
     windows = _windows(t)
     total = sum(b - a for a, b in windows)
-    busy = Cover([(d["ts"], d["end"]) for d in t.driver_calls]).of(windows)
     steps = Cover(windows)
+    busy = Cover([(d["ts"], d["end"]) for d in t.driver_calls]).of(steps)
     gaps = []
     calls = sorted(t.driver_calls, key=lambda d: d["ts"])
     for prev, nxt in zip(calls, calls[1:]):
