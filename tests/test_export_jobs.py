@@ -95,6 +95,14 @@ def test_cli_jobs_as_users_run_it(tmp_path, monkeypatch):
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and f"--jobs must be a positive integer, got '{bad}'" in lines[0]
         assert not (tmp_path / "x.json").exists()
+    # An output that cannot be written: one line naming it, before the spill is read, no part left.
+    (tmp_path / "dir.json").mkdir()
+    for out, why in ((tmp_path / "one.json.gz" / "x.json", "is not a directory"), (tmp_path / "dir.json", "is a directory")):
+        r = subprocess.run([RLDBG, "export", spill, "-o", str(out), "--jobs", "2"], capture_output=True, text=True,
+                           timeout=60)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and f"cannot write '{out}'" in lines[0] and why in lines[0], r.stderr
+    assert not list(tmp_path.rglob("*.part*"))
 
 
 def test_a_helper_that_cannot_start_leaves_the_export_to_one_process(tmp_path, monkeypatch, capsys):

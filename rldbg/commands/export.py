@@ -63,6 +63,9 @@ def run(args) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"rldbg export: {e}", file=sys.stderr)
         return 2
+    except OSError as e:   # the disk filled, the directory went away: after the checks, while writing
+        print(f"rldbg export: cannot write {args.output!r}: {e.strerror or e}", file=sys.stderr)
+        return 2
     if damage:
         from rldbg.trace.spill import damage_summary
         print(f"rldbg export: WARNING: damaged spill, {len(damage)} bad region(s) skipped: {damage_summary(damage)}; "

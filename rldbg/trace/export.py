@@ -237,7 +237,7 @@ def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool =
     None picks by the spill's size and the cores here. The file is the same either way."""
     if jobs is not None and (type(jobs) is not int or jobs < 1):
         raise ValueError(f"jobs must be a positive int or None, got {jobs!r}")
-    _check_out(out_path)
+    _prepare_out(out_path)
     n_jobs = export_jobs.choose(spill_dir, jobs)
     with no_gc():
         if n_jobs > 1:
@@ -252,6 +252,20 @@ def _check_out(path: str) -> None:
         raise ValueError(f"output {path!r} must end in .json or .json.gz")
 
 
+def _prepare_out(path: str) -> None:
+    """The output's directory made, before any work: a path that cannot be written is a
+    ValueError naming it and why, not a traceback after the spill was read."""
+    _check_out(path)
+    if os.path.isdir(path):
+        raise ValueError(f"cannot write {path!r}: it is a directory")
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:   # a file where a directory should be
+        raise ValueError(f"cannot write {path!r}: {e.filename!r} is not a directory") from None
+    except OSError as e:
+        raise ValueError(f"cannot write {path!r}: {e.strerror} ({e.filename})") from None
+
+
 def _export(spill_dir: str, out_path: str, extra, align_clocks: bool, damage: list | None) -> dict:
     idx = _index(spill_dir, align_clocks, damage)
     return write_trace(out_path, idx, align_clocks, extra, lambda f: write_events(f, idx, spill_dir))
@@ -261,7 +275,6 @@ def write_trace(out_path: str, idx: _Index, align_clocks: bool, extra, events) -
     """The file around the events: track metadata and the trace-start record first, then
     `events(f)` (writes the event lines, returns how many), then what `extra` adds and the
     loss records, last the trailer."""
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)) or ".", exist_ok=True)
     written = 0
     with _open(out_path) as f:
         def put(obj: dict) -> None:

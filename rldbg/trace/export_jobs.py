@@ -122,7 +122,7 @@ def export(ex, spill_dir: str, out_path: str, extra, align: bool, damage: list |
 def _remove(path: str) -> None:
     try:
         os.remove(path)
-    except FileNotFoundError:
+    except OSError:   # never made (or its directory never was): nothing to remove
         pass
 
 
