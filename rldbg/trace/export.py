@@ -237,6 +237,7 @@ def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool =
     None picks by the spill's size and the cores here. The file is the same either way."""
     if jobs is not None and (type(jobs) is not int or jobs < 1):
         raise ValueError(f"jobs must be a positive int or None, got {jobs!r}")
+    read_meta(spill_dir)   # a spill that is not one is said first, before the output's directory is made
     _prepare_out(out_path)
     n_jobs = export_jobs.choose(spill_dir, jobs)
     with no_gc():

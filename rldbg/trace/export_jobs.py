@@ -71,7 +71,7 @@ def export(ex, spill_dir: str, out_path: str, extra, align: bool, damage: list |
             except OSError as e:
                 raise HelperFailed(f"cannot start {sys.executable}: {e}") from None
             helpers.append(h)
-            _send(h, ("index", spill_dir, parts[k], align))
+            _send(h, ("index", spill_dir, parts[k], align, ex.KEEP_DECODED // jobs))
         dmg: list = []
         idx = ex._index(spill_dir, align, dmg, pieces=parts[0], keep=ex.KEEP_DECODED // jobs)
         flows = [idx.driver_flows]
@@ -173,9 +173,9 @@ def helper(ex) -> int:
 
     try:
         with no_gc():
-            _, spill_dir, pieces, align = pickle.load(inp)
+            _, spill_dir, pieces, align, keep = pickle.load(inp)
             dmg: list = []
-            mine = ex._index(spill_dir, align, dmg, pieces=pieces)
+            mine = ex._index(spill_dir, align, dmg, pieces=pieces, keep=keep)   # all together keep what one would
             kept, mine.kept = mine.kept, None
             ends, mine.rank_ends = mine.rank_ends, {}
             reply("index", (mine, dmg))
