@@ -217,7 +217,7 @@ def write_events(f, idx: _Index, spill_dir: str, pieces: list | None = None) -> 
 
 
 def _open(path: str):
-    _check_out(path)
+    """The output, checked by _prepare_out before any work (export_spill)."""
     if path.endswith(".gz"):
         # Level 1: about twice level 3's speed for a few % more bytes; the trace is written once.
         return gzip.open(path, "wb", compresslevel=1)
