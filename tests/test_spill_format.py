@@ -90,3 +90,24 @@ def test_export_writes_what_json_dumps_of_each_event_dict_would(tmp_path):
     assert own[0]["args"] == {"step": "mine", "z": 1, "role": "actor", "rank": 0, "method": "m"}
     assert own[1]["args"] == {"rank": 0, "role": "actor", "step": 3}
     assert len(list(iter_records(spill))) == 1
+
+
+def test_args_are_written_as_the_stdlib_encoder_writes_them_whichever_encoder_runs():
+    """export._args_json takes orjson where it writes the same bytes and the stdlib's encoder
+    elsewhere: the text is always json.dumps's (compact, non-ASCII kept), never a near miss
+    such as null for NaN, 1e-5 without its exponent, or an error for an int key."""
+    import math
+    import random
+
+    from rldbg.trace.export import _args_json
+    stdlib = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
+    fixed = [{"group": "actor"}, {"rss": 1 << 30}, {"f": 0.25, "g": 1e16, "h": 1e-05, "i": 9.7e-05, "j": 3e-07},
+             {"nan": math.nan, "inf": -math.inf}, {"step": None, "ok": True}, {1: "int key"},
+             {"big": 1 << 70}, {"s": "\ud800 lone"}, {"b": b"raw"}, {"t": (1, "a", [2.5, {"x": None}])},
+             {"s": "é \u2028 \x00\x1f\x7f \"q\" \\ \t\n"}, {"word": "size-e-3 .0000"}, {}]
+    rng = random.Random(0)
+    values = [rng.uniform(-1, 1) * 10 ** rng.randint(-30, 30) for _ in range(3000)]
+    values += [round(rng.uniform(0, 1000), rng.randint(0, 8)) for _ in range(3000)]
+    values += [rng.randint(-(1 << 63), (1 << 64) - 1) for _ in range(1000)]
+    for args in fixed + [{"v": v, "w": [v]} for v in values]:
+        assert _args_json(args) == stdlib(args), args
