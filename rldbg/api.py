@@ -95,9 +95,14 @@ def _check_name(name) -> None:
 def span(name: str, /, **args) -> _Span:
     """A slice named `name` with `args` on the current role/rank's track: `with rldbg.span(...)`
     or `@rldbg.span(...)`. Raises ValueError for an empty or non-string name."""
-    if args or _STATE.on or not _STATE.looked_up:
+    if _STATE.on:
+        # Tracing: the name checked inline (a call to _check_name only to say what is wrong).
+        if type(name) is not str or not name:
+            _check_name(name)
+        return _Span(name, args)
+    if args or not _STATE.looked_up:
         _check_name(name)
-        return (_Span if _STATE.on or not _STATE.looked_up else _OffSpan)(name, args)
+        return (_OffSpan if _STATE.looked_up else _Span)(name, args)
     try:
         off = _OFF_get(name)
     except TypeError:   # unhashable: not a name; _check_name says so
