@@ -40,6 +40,16 @@ def test_find_names_the_first_non_finite_key_and_counts_it():
     assert sentinel.find(torch.tensor([1, 2])) is None       # integer tensors cannot hold NaN
 
 
+
+def test_alarms_come_oldest_first_by_time_not_by_the_text_of_ts():
+    """rldbg writes ts as exact "µs.ns" strings: as text "10.000" sorts before "9.500"."""
+    def alarm(ts, step):
+        return {"ph": "i", "s": "t", "name": sentinel.EVENT, "ts": ts,
+                "args": {"role": "actor", "rank": 0, "method": "update_actor", "step": step, "key": "loss"}}
+    found = sentinel.alarms([alarm("10.000", 2), {"ph": "i", "name": "other", "ts": "1.000"}, alarm("9.500", 1),
+                             alarm(11.5, 3)])   # another writer's number beside rldbg's strings
+    assert [a["step"] for a in found] == [1, 2, 3]
+
 def test_modes_stop_warn_off(tmp_path, capsys):
     bad = Proto(scores=torch.tensor([0.0, float("nan")]))
     scope = sentinel.CallScope("reward", 1, "compute_scores", 3)
