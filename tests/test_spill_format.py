@@ -93,13 +93,13 @@ def test_export_writes_what_json_dumps_of_each_event_dict_would(tmp_path):
 
 
 def test_args_are_written_as_the_stdlib_encoder_writes_them_whichever_encoder_runs():
-    """export._args_json takes orjson where it writes the same bytes and the stdlib's encoder
+    """chrome_text.args_json takes orjson where it writes the same bytes and the stdlib's encoder
     elsewhere: the text is always json.dumps's (compact, non-ASCII kept), never a near miss
     such as null for NaN, 1e-5 without its exponent, or an error for an int key."""
     import math
     import random
 
-    from rldbg.trace.export import _args_json
+    from rldbg.trace.chrome_text import args_json
     stdlib = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
     fixed = [{"group": "actor"}, {"rss": 1 << 30}, {"f": 0.25, "g": 1e16, "h": 1e-05, "i": 9.7e-05, "j": 3e-07},
              {"nan": math.nan, "inf": -math.inf}, {"step": None, "ok": True}, {1: "int key"},
@@ -110,4 +110,4 @@ def test_args_are_written_as_the_stdlib_encoder_writes_them_whichever_encoder_ru
     values += [round(rng.uniform(0, 1000), rng.randint(0, 8)) for _ in range(3000)]
     values += [rng.randint(-(1 << 63), (1 << 64) - 1) for _ in range(1000)]
     for args in fixed + [{"v": v, "w": [v]} for v in values]:
-        assert _args_json(args) == stdlib(args), args
+        assert args_json(args) == stdlib(args), args

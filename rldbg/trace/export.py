@@ -1,12 +1,10 @@
 """Spill directory → Chrome JSON trace that Perfetto loads without import errors.
 
-Layout (Perfetto pitfalls in /work/shared/FACTS.md): one process per role with small int pids
-and process_name metadata (the driver is pid 1), one thread per rank (tid = rank + 1, named
-"rank N"); counters are per-process tracks named "rank N <counter> <series>". Timestamps are
-integer ns relative to the origin, written as exact 3-decimal µs. Each driver call becomes
-call > dispatch > send→rank i, call > wait > recv←rank i, and the flow for rank i runs
-send → the rank's slice → recv with flow v2 (one bind_id per call and rank, flow_in+flow_out on
-the rank slice). Two passes over the spill so memory stays bounded by calls, not events.
+Two passes over the spill so memory stays bounded by calls, not events: pass 1 (_Index) learns
+the tracks, the time origin, each process's clock offset and the rank slices that end each
+driver call; pass 2 writes each event's text (rldbg.trace.chrome_text, which also holds the
+layout: pids, tids, counter tracks, flows). Big spills are read by several processes side by
+side (rldbg.trace.export_jobs); the file is the same.
 
 Nodes and clocks: each rank's thread_name metadata carries the process behind it (pid, host,
 node_id, node_ip, its clock offset and uncertainty) and its call slices carry node/ip; a process
@@ -19,51 +17,19 @@ from __future__ import annotations
 import copy
 import gzip
 import importlib
-import json
 import os
 import sys
-from json.encoder import c_make_encoder, encode_basestring
 from itertools import repeat
 from operator import itemgetter
 
-import orjson
-
 from rldbg.trace import export_jobs
+from rldbg.trace.chrome_text import Formatter, dumps, us
 from rldbg.trace.clock import batch_offset, uncertainty
-from rldbg.trace.events import DRIVER_CALL, INSTANT, SLICE, decode
+from rldbg.trace.events import DRIVER_CALL, SLICE
 from rldbg.trace.load import no_gc
 from rldbg.trace.spill import iter_records, read_meta
 
-_dumps = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
-# The C encoder built once (JSONEncoder.encode builds one per call): the same output as _dumps.
-_enc = c_make_encoder(None, str, encode_basestring, None, ":", ",", False, False, True)
-
-
 _TS, _ROLE_RANK = itemgetter(3), itemgetter(5, 6)
-_ojdumps = orjson.dumps
-
-
-def _args_json(args: dict) -> str:
-    """An event's args as JSON: the bytes _dumps writes, made by orjson (about 5x faster here)
-    wherever orjson writes the same bytes, by the stdlib's C encoder where it may not: NaN and
-    Infinity (orjson writes null), floats below 1e-4 (orjson writes them without an exponent),
-    keys that are not strings, ints beyond 64 bits and lone surrogates (orjson refuses those).
-    The guards also send some args orjson would have written the same way (a None, a string
-    holding "e-") to the stdlib: slower, never different."""
-    try:
-        s = _ojdumps(args, default=str).decode()   # looked into as str: `in` on bytes costs 8x here
-    except TypeError:
-        return "".join(_enc(args, 0))
-    if "null" in s or "e-" in s or ".0000" in s:
-        return "".join(_enc(args, 0))
-    return s
-
-
-def _us(ns: int) -> str:
-    q, r = divmod(ns, 1000)
-    return f"{q}.{r:03d}"
-
-
 def _key(batch: dict) -> str:
     return f"{batch.get('host')}:{batch.get('pid')}"
 
@@ -223,7 +189,7 @@ def _index(spill_dir: str, align: bool = True, damage: list | None = None, piece
 def write_events(f, idx: _Index, spill_dir: str, pieces: list | None = None) -> int:
     """Pass 2: the events of the spill (or of `pieces` of it) as JSON lines, each ending ",\n";
     returns how many were written."""
-    fmt, written = _Formatter(idx), 0
+    fmt, written = Formatter(idx), 0
     if idx.kept is not None:
         # Each kept batch let go of right after it is written: freed while still in the cache,
         # not a million cold events at the end.
@@ -306,7 +272,7 @@ def write_trace(out_path: str, idx: _Index, align_clocks: bool, extra, events) -
     with _open(out_path) as f:
         def put(obj: dict) -> None:
             nonlocal written
-            f.write((_dumps(obj) + ",\n").encode("utf-8", "replace"))
+            f.write((dumps(obj) + ",\n").encode("utf-8", "replace"))
             written += 1
 
         f.write(b"[\n")
@@ -331,119 +297,13 @@ def write_trace(out_path: str, idx: _Index, align_clocks: bool, extra, events) -
             total += dropped
             rel = max(t_sent - idx.origin, 0)
             put({"ph": "i", "s": "t", "pid": 1, "tid": 1, "cat": "rldbg", "name": "events dropped",
-                 "ts": _us(rel), "args": {"process": key, "dropped": dropped}})
+                 "ts": us(rel), "args": {"process": key, "dropped": dropped}})
         # Last line carries no trailing comma; a writer that dies before it leaves a truncated
         # array, which Perfetto and rldbg report still read.
-        f.write((_dumps({"ph": "C", "pid": 1, "name": "rldbg dropped events", "ts": "0.000",
+        f.write((dumps({"ph": "C", "pid": 1, "name": "rldbg dropped events", "ts": "0.000",
                          "args": {"total": total}}) + "\n]\n").encode("utf-8"))
         written += 1
     return {"events": idx.n, "written": written, "path": out_path}
-
-
-_SLICE_KEYS = frozenset(("role", "rank", "step", "method", "node", "ip"))
-_INSTANT_KEYS = frozenset(("role", "rank", "step"))
-_CACHE_MAX = 200_000   # distinct templates kept; beyond it the cache starts over
-
-
-class _Formatter:
-    """Chrome JSON text for a batch of events, by string templates: for each distinct
-    (ph, cat, name, role, rank, step, method) the JSON of everything but the times and the
-    event's own args is built once and cached; per event only the times, and args when it has
-    any, are formatted. The output is byte for byte what json.dumps of the event's dict writes
-    (same keys, same order); an event whose args carry a key the exporter also sets takes the
-    dict path, so its args win as before."""
-
-    def __init__(self, idx: _Index):
-        self.idx = idx
-        # Where each rank's process runs, shown on its call slices.
-        self.nodes = {rr: (p.get("node_id", "")[:8], p.get("node_ip", "")) for rr, p in
-                      ((rr, idx.procs.get(k, {})) for rr, k in idx.rank_proc.items())}
-        self.cache: dict = {}   # key -> (prefix up to the ts digits, args JSON, args without braces, defaults)
-
-    def _template(self, key) -> tuple:
-        ph, cat, name, role, rank, stp, method = key
-        pid, tid = self.idx.roles[role], rank + 1
-        if ph == SLICE:
-            a = {"role": role, "rank": rank}
-            if stp is not None:
-                a["step"] = stp
-            if method is not None:
-                a["method"] = method
-            if cat == "call" and (role, rank) in self.nodes:
-                a["node"], a["ip"] = self.nodes[(role, rank)]
-            pre = f'{{"ph":"X","pid":{pid},"tid":{tid},"cat":{_dumps(cat)},"name":{_dumps(name)},"ts":"'
-        elif ph == INSTANT:
-            a = {"role": role, "rank": rank, "step": stp}
-            pre = f'{{"ph":"i","s":"t","pid":{pid},"tid":{tid},"cat":{_dumps(cat)},"name":{_dumps(name)},"ts":"'
-        else:   # COUNTER
-            a = {}
-            pre = f'{{"ph":"C","pid":{pid},"name":{_dumps(f"rank {rank} {name}")},"ts":"'
-        full = _dumps(a)
-        if len(self.cache) > _CACHE_MAX:
-            self.cache.clear()
-        t = self.cache[key] = (pre, full, full[1:-1], a)
-        return t
-
-    def batch(self, evs, off: int) -> list:
-        """The JSON texts of a batch's events (a driver call expands into several), in order."""
-        base = off - self.idx.origin
-        cache, template, ajson, bind_id = self.cache, self._template, _args_json, self.idx.bind_id
-        out, r3 = [], _R3
-        app = out.append
-        for ev in evs:
-            ph, cat, name, ts, dur, role, rank, stp, method, flow, args = ev
-            if ph == "D":
-                self._driver_call(ev, off, app)
-                continue
-            key = (ph, cat, name, role, rank, stp, method)
-            t = cache.get(key)
-            if t is None:
-                if ph not in _TEMPLATED:
-                    continue   # an unknown phase: not written, as before
-                t = template(key)
-            q, r = divmod(ts + base, 1000)
-            r = r3[r]
-            if ph == "X":
-                if not args:
-                    aj = t[1]
-                elif type(args) is dict and _SLICE_KEYS.isdisjoint(args):
-                    aj = ajson(args)[:-1] + "," + t[2] + "}"
-                else:
-                    a = dict(args)
-                    for k, v in t[3].items():
-                        a.setdefault(k, v)
-                    aj = _dumps(a)
-                dq, dr = divmod(dur, 1000)
-                dr = r3[dr]
-                fid = bind_id(flow, role, rank) if flow is not None and cat == "call" else None
-                if fid is not None:
-                    app(f'{t[0]}{q}.{r}","dur":"{dq}.{dr}","args":{aj},'
-                        f'"bind_id":{fid},"flow_in":true,"flow_out":true}}')
-                else:
-                    app(f'{t[0]}{q}.{r}","dur":"{dq}.{dr}","args":{aj}}}')
-            elif ph == "C":
-                app(f'{t[0]}{q}.{r}","args":{ajson(args)}}}')
-            else:
-                if not args:
-                    aj = t[1]
-                elif type(args) is dict and _INSTANT_KEYS.isdisjoint(args):
-                    aj = ajson(args)[:-1] + "," + t[2] + "}"
-                else:
-                    aj = _dumps(dict(args, role=role, rank=rank, step=stp))
-                app(f'{t[0]}{q}.{r}","args":{aj}}}')
-        return out
-
-    def _driver_call(self, raw, off: int, app) -> None:
-        ev = decode(raw)
-        if off:
-            ev = ev._replace(ts_ns=ev.ts_ns + off)
-            if ev.args and ev.args.get("t_dispatched"):
-                ev = ev._replace(args=dict(ev.args, t_dispatched=int(ev.args["t_dispatched"]) + off))
-        _driver_call(lambda obj: app(_dumps(obj)), ev, self.idx)
-
-
-_TEMPLATED = frozenset((SLICE, INSTANT, "C"))
-_R3 = [f"{i:03d}" for i in range(1000)]   # the ns digits of a µs time
 
 
 def _where(idx: _Index, role: str, rank: int) -> dict:
@@ -451,44 +311,6 @@ def _where(idx: _Index, role: str, rank: int) -> dict:
     p = idx.procs.get(idx.rank_proc.get((role, rank)), {})
     return {k: p[k] for k in ("pid", "host", "node_id", "node_ip", "clock_offset_ns", "clock_uncertainty_ns")
             if k in p}
-
-
-def _driver_call(put, ev, idx: _Index) -> None:
-    ts, dur, stp, method, flow, args = ev.ts_ns, ev.dur_ns, ev.step, ev.method, ev.flow, ev.args
-    o = idx.origin
-    end, world = ts + dur, int(args.get("world") or 0)
-    t_disp = min(max(int(args.get("t_dispatched") or end), ts), end)
-    group = args.get("group")
-    ends = idx.rank_ends.get(flow, {})
-    served = sorted({r for (ro, r) in ends}) if ends else []
-    base = {"role": "driver", "group": group, "method": method, "step": stp, "flow": flow}
-    put({"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": method, "ts": _us(ts - o),
-         "dur": _us(dur), "args": dict(base, mode=args.get("mode"), world=world, status=args.get("status"),
-                                        error=args.get("error"), result=args.get("result"))})
-    put({"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": "dispatch", "ts": _us(ts - o),
-         "dur": _us(t_disp - ts), "args": base})
-    shards = args.get("shards") or []
-    n = max(world, len(served), 1)
-    step_ns = (t_disp - ts) // n
-    roles_of = {r: ro for (ro, r) in ends}
-    for i in range(n):
-        e = {"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": f"send → rank {i}",
-             "ts": _us(ts + i * step_ns - o), "dur": _us(step_ns),
-             "args": dict(base, rank=i, shard=shards[i] if i < len(shards) else None)}
-        fid = idx.bind_id(flow, roles_of[i], i) if i in roles_of else None
-        if fid is not None:
-            e.update(bind_id=fid, flow_out=True)
-        put(e)
-    put({"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": "wait", "ts": _us(t_disp - o),
-         "dur": _us(end - t_disp), "args": base})
-    for (ro, r), t in sorted(ends.items(), key=lambda kv: kv[1]):
-        at = min(max(t, t_disp), end)
-        e = {"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": f"recv ← rank {r}",
-             "ts": _us(at - o), "dur": "0.000", "args": dict(base, rank=r, role_served=ro)}
-        fid = idx.bind_id(flow, ro, r)
-        if fid is not None:
-            e.update(bind_id=fid, flow_in=True)
-        put(e)
 
 
 if __name__ == "__main__":

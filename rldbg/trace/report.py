@@ -1,7 +1,7 @@
 """What a trace says about a run: where step time goes, who straggles, how long the controller
 idles between calls, memory peaks per phase, and leak suspicions (the one rule in rldbg.memory.leaks).
 
-Works on the exported Chrome JSON (rldbg's own layout: see export.py), so a trace copied off a
+Works on the exported Chrome JSON (rldbg's own layout: see chrome_text.py), so a trace copied off a
 cluster can be analysed anywhere.
 """
 from __future__ import annotations
