@@ -133,7 +133,8 @@ def _fresh_floor_buf():
 def _floor_buffered(n):
     """What keeping an event until the shipper takes it costs, with nothing of rldbg's: two clock
     reads and a new 11-field tuple (two fresh ints in it) appended to a deque that holds them. On
-    this VM memory first touched costs most of it (without the holding it is a third)."""
+    this VM much of it is the memory the held events take: a traced span whose event is dropped
+    instead of kept cost 780 ns against 1,330 ns in the same run."""
     app, now = _FLOOR_BUF[0].append, time.time_ns
     for _ in range(n):
         t = now()

@@ -30,6 +30,8 @@ from rldbg.trace.load import no_gc
 from rldbg.trace.spill import iter_records, read_meta
 
 _TS, _ROLE_RANK = itemgetter(3), itemgetter(5, 6)
+
+
 def _key(batch: dict) -> str:
     return f"{batch.get('host')}:{batch.get('pid')}"
 
