@@ -131,6 +131,25 @@ def test_truncated_trace_still_reads(leak_trace, tmp_path):
     assert analyse(str(gz))["memory_peaks"]
 
 
+
+def test_html_report_lists_the_alarms_the_text_report_lists(leak_trace, tmp_path):
+    """The HTML's non-finite table is the analysis's (sentinel.alarms): a user's own instant whose
+    name merely contains "nonfinite" is no alarm there either."""
+    from rldbg import sentinel
+    from rldbg.trace.html_report import render_html
+    events = json.load(open(leak_trace))
+    alarm = {"role": "critic", "rank": 1, "method": "update_critic", "step": 3, "key": "values", "count": 2}
+    events.append({"ph": "i", "s": "t", "pid": 2, "tid": 2, "cat": "rldbg", "name": sentinel.EVENT,
+                   "ts": "500.000", "args": alarm})
+    events.append({"ph": "i", "s": "t", "pid": 2, "tid": 1, "cat": "user", "name": "nonfinite_probe",
+                   "ts": "400.000", "args": {"role": "critic", "rank": 0, "method": "probe_method"}})
+    path = tmp_path / "alarm.json"
+    path.write_text(json.dumps(events))
+    assert [(a["rank"], a["method"]) for a in analyse(str(path))["nonfinite"]] == [(1, "update_critic")]
+    page = render_html(str(path))
+    assert "update_critic" in page and "values" in page
+    assert "probe_method" not in page
+
 def test_bad_files_give_one_line_errors(tmp_path):
     foreign = tmp_path / "foreign.json"
     foreign.write_text(json.dumps([{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]))

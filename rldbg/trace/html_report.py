@@ -11,7 +11,7 @@ import html
 from collections import defaultdict
 
 from rldbg.trace.report import Cover, Trace, analyse
-from rldbg.trace.load import load_events
+from rldbg.trace.load import load_phases
 
 MAX_POINTS = 500      # per series: keeps the page small and quick for long runs
 MAX_RANK_CHARTS = 8   # ledger charts; more ranks are summarised in the memory chart
@@ -152,16 +152,6 @@ def _table(rows: list[dict], cols: list[tuple[str, str]], empty: str, cls: str =
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _nonfinite(events: list[dict]) -> list[dict]:
-    out = []
-    for e in events:
-        if e.get("ph") in ("i", "I") and "nonfinite" in str(e.get("name", "")).lower():
-            a = e.get("args") or {}
-            out.append({"role": a.get("role", ""), "rank": a.get("rank", ""), "method": a.get("method", ""),
-                        "step": a.get("step", ""), "key": a.get("key", ""), "count": a.get("count", "")})
-    return out
-
-
 def _mib(b) -> str:
     return f"{b / 2**20:.1f} MiB"
 
@@ -188,9 +178,8 @@ th{background:#f4f4f4} .alarm td{background:#fde8e8} .none{color:#2a7;font-weigh
 
 
 def render_html(path: str) -> str:
-    events = load_events(path)
     r = analyse(path)
-    t = Trace(events)
+    t = Trace((), load_phases(path))   # the same read as the analysis: no second pass over the events
     figs = charts(t, r)
     tm, ctl = r["time"], r["controller"]
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>rldbg report</title>"
@@ -214,7 +203,7 @@ def render_html(path: str) -> str:
         _leak_rows(r["leaks"]), [("role", "role"), ("rank", "rank"), ("category / transition", "what"),
                                  ("amount", "amount"), ("detail", "detail")], "none", "alarm"))
     parts.append("<h2>Non-finite values</h2>" + _table(
-        _nonfinite(events), [("role", "role"), ("rank", "rank"), ("method", "method"), ("step", "step"),
+        r["nonfinite"], [("role", "role"), ("rank", "rank"), ("method", "method"), ("step", "step"),
                              ("output key", "key"), ("elements", "count")], "none recorded", "alarm"))
     gaps = [{"idle": f"{g['idle_s'] * 1e3:.1f} ms", "after": g["after"], "before": g["before"], "step": g["step"]}
             for g in ctl["largest_gaps"]]

@@ -5,7 +5,8 @@ raises past what it spoils: a gzip stream cut short or corrupt keeps what inflat
 JSON array cut short keeps the complete events before the cut (as Perfetto does), a garbled
 region is skipped up to the next event line, invalid UTF-8 is replaced, and an event missing or
 mangling a field the analysis needs (ph, ts, dur) is skipped and counted. load_trace() returns the
-events with one note per kind of damage; load_events() is the same without the notes.
+events with one note per kind of damage; load_events() is the same without the notes;
+load_phases() the same events split by phase.
 """
 from __future__ import annotations
 
@@ -139,21 +140,48 @@ def no_gc():
             gc.enable()
 
 
+def phases(events: list) -> tuple[dict, int]:
+    """{ph: [events]} of the valid events (_valid), in one pass so that each analysis walks only
+    the events it reads, and how many events were not valid."""
+    out, bad, valid = {}, 0, _valid
+    for e in events:
+        if not valid(e):
+            bad += 1
+            continue
+        ph = e["ph"]
+        got = out.get(ph)
+        if got is None:
+            got = out[ph] = []
+        got.append(e)
+    return out, bad
+
+
 def load_trace(path: str) -> tuple[list[dict], list[str]]:
     """(events, damage notes). The notes are empty for an intact trace. The last result is kept
     so that the report's analysis reading the same unchanged file does not read it twice."""
+    events, notes, _ = _loaded(path)
+    return events, notes
+
+
+def load_phases(path: str) -> dict:
+    """The trace's valid events by phase ({ph: [events]}; see phases()), from the same read as
+    load_trace()."""
+    return _loaded(path)[2]
+
+
+def _loaded(path: str) -> tuple[list[dict], list[str], dict]:
     try:
         st = os.stat(path)
         key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
     except OSError:
         key = None
     if key is not None and _cache.get("key") == key:
-        return _cache["events"], list(_cache["notes"])
+        return _cache["events"], list(_cache["notes"]), _cache["phases"]
     with no_gc():
         return _load(path, key)
 
 
-def _load(path: str, key) -> tuple[list[dict], list[str]]:
+def _load(path: str, key) -> tuple[list[dict], list[str], dict]:
     notes: list = []
     raw = _read_bytes(path, notes)
     events = None
@@ -187,14 +215,16 @@ def _load(path: str, key) -> tuple[list[dict], list[str]]:
     if not isinstance(events, list) or not events and not s.startswith("["):
         raise TraceFileError(f"{path!r} is not a Chrome JSON trace (expected an array of events "
                              f"or an object with traceEvents)")
-    good = [e for e in events if _valid(e)]
-    if len(good) != len(events):
-        notes.append(f"{len(events) - len(good)} malformed event(s) skipped (missing or bad ph/ts/dur/args)")
+    by_ph, bad = phases(events)
+    # An intact trace (the common case) is the parsed list itself; only a damaged one is copied.
+    good = [e for e in events if _valid(e)] if bad else events
+    if bad:
+        notes.append(f"{bad} malformed event(s) skipped (missing or bad ph/ts/dur/args)")
     if not good:
         raise TraceFileError(f"{path!r} holds no trace events (empty or cut before the first event)"
                              + (f"; {notes[0]}" if notes else ""))
-    _cache.update(key=key, events=good, notes=list(notes))
-    return good, notes
+    _cache.update(key=key, events=good, notes=list(notes), phases=by_ph)
+    return good, notes, by_ph
 
 
 def load_events(path: str) -> list[dict]:

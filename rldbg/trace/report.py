@@ -14,7 +14,7 @@ from collections import defaultdict
 from rldbg import sentinel
 from rldbg.memory.leaks import describe, leak_suspicions, observe
 from rldbg.trace.events import moves
-from rldbg.trace.load import TraceFileError, load_events, no_gc, ts_ns
+from rldbg.trace.load import TraceFileError, load_phases, no_gc, phases, ts_ns
 
 STRAGGLER_RATIO = 1.5
 # A straggler is named only with evidence: at least this many calls (a one-off init_model that
@@ -57,18 +57,6 @@ class Cover:
         return sum(self.within(a, b) for a, b in zip(windows.starts, windows.ends))
 
 
-def by_phase(events: list[dict]) -> dict:
-    """{ph: [events]} in one pass, so that each analysis walks only the events it reads."""
-    out: dict = {}
-    for e in events:
-        ph = e.get("ph")
-        got = out.get(ph)
-        if got is None:
-            got = out[ph] = []
-        got.append(e)
-    return out
-
-
 def _names(meta: list) -> dict:
     return {e["pid"]: e["args"]["name"] for e in meta
             if e.get("ph") == "M" and e.get("name") == "process_name" and "args" in e}
@@ -78,7 +66,8 @@ class Trace:
     """The parts of a trace the analysis needs, keyed by role and rank."""
 
     def __init__(self, events: list[dict], by_ph: dict | None = None):
-        by_ph = by_ph if by_ph is not None else by_phase(events)
+        """From loaded events, or their split by phase (rldbg.trace.load.load_phases) when at hand."""
+        by_ph = by_ph if by_ph is not None else phases(events)[0]
         names = _names(by_ph.get("M", ()))
         self.calls, self.transitions, self.driver_calls, self.steps = [], [], [], []
         self.mem: dict = defaultdict(list)       # (role, rank, series) -> [(ts, value)]
@@ -270,9 +259,8 @@ def analyse(path: str) -> dict:
 
 
 def _analyse(path: str) -> dict:
-    events = load_events(path)
-    by_ph = by_phase(events)
-    t = Trace(events, by_ph)
+    by_ph = load_phases(path)
+    t = Trace((), by_ph)
     instants = by_ph.get("i", []) + by_ph.get("I", [])
     return {"trace": path, "ranks": ranks(by_ph.get("M", [])), "clock": clock(instants), "time": role_shares(t),
             **stragglers(t), "controller": controller_idle(t), "memory_peaks": memory_peaks(t), "leaks": leaks(t),
