@@ -19,7 +19,7 @@ import gzip
 import importlib
 import os
 import sys
-from itertools import repeat
+from itertools import compress, repeat
 from operator import itemgetter
 
 from rldbg.trace import export_jobs
@@ -29,7 +29,8 @@ from rldbg.trace.events import DRIVER_CALL, SLICE
 from rldbg.trace.load import no_gc
 from rldbg.trace.spill import iter_records, read_meta
 
-_TS, _ROLE_RANK = itemgetter(3), itemgetter(5, 6)
+_CALL = "call"   # the category of a rank's slice serving a driver call, and of the driver call
+_PH, _CAT, _TS, _ROLE_RANK, _FLOW = itemgetter(0), itemgetter(1), itemgetter(3), itemgetter(5, 6), itemgetter(9)
 
 
 def _key(batch: dict) -> str:
@@ -46,7 +47,8 @@ class _Index:
         self.meta = meta
         self.roles: dict[str, int] = {"driver": 1}
         self.ranks: dict[str, set] = {"driver": {0}}
-        self.rank_ends: dict[int, dict] = {}      # flow -> {(role, rank): ts_end}
+        self.rank_ends: dict[int, dict] = {}      # flow -> {(role, rank): ts_end}, from calls by ends_for()
+        self.calls: list = []                     # ("host:pid", a batch's "call" events) until ends_for()
         self.drops: dict[str, list] = {}          # "host:pid" -> [dropped, t_sent]
         self.procs: dict[str, dict] = {}          # "host:pid" -> where it runs and its clock
         self.rank_proc: dict[tuple, str] = {}     # (role, rank) -> "host:pid"
@@ -91,13 +93,26 @@ class _Index:
             if role not in self.roles:
                 self.roles[role] = len(self.roles) + 1
             self.ranks.setdefault(role, set()).add(rank)
-        ends = self.rank_ends
-        for ev in evs:
-            if ev[1] == "call" and ev[9] is not None:
+        # Call events picked at C speed and kept by reference: which rank slices end which driver
+        # call is worked out later (ends_for), only for the driver calls there are, not for every
+        # rank call of a spill whose driver calls may be few or none.
+        calls = list(compress(evs, map(_CALL.__eq__, map(_CAT, evs))))
+        if calls:
+            self.calls.append((key, calls))
+            self.driver_flows.update(map(_FLOW, compress(calls, map(DRIVER_CALL.__eq__, map(_PH, calls)))))
+            self.driver_flows.discard(None)
+
+    def ends_for(self, flows: set) -> dict:
+        """{flow: {(role, rank): (end ts as recorded, "host:pid")}} of the rank call slices of
+        `flows`, a later slice winning for the same rank as in arrival order; the kept call
+        events are let go (called once, when the driver calls of the whole spill are known)."""
+        ends: dict = {}
+        calls, self.calls = self.calls, []
+        for key, evs in calls:
+            for ev in compress(evs, map(flows.__contains__, map(_FLOW, evs))):
                 if ev[0] == SLICE:
                     ends.setdefault(ev[9], {})[(ev[5], ev[6])] = (ev[3] + ev[4], key)
-                elif ev[0] == DRIVER_CALL:
-                    self.driver_flows.add(ev[9])
+        return ends
 
     def merge(self, later: "_Index") -> None:
         """Fold in what pass 1 learnt from the part of the spill right after this one's (a
@@ -111,6 +126,7 @@ class _Index:
             self.ranks.setdefault(role, set()).update(ranks)
         for flow, ends in later.rank_ends.items():
             self.rank_ends.setdefault(flow, {}).update(ends)
+        self.calls += later.calls
         self.drops.update(later.drops)
         for key, p in later.procs.items():
             mine = self.procs.setdefault(key, p)
@@ -145,7 +161,7 @@ class _Index:
         driver calls in `flows` (the ones it expands), not a million of them."""
         part = copy.copy(self)
         part.rank_ends = {f: self.rank_ends[f] for f in flows if f in self.rank_ends}
-        part.kept = None
+        part.kept, part.calls = None, []
         return part
 
     def bind_id(self, flow, role: str, rank: int) -> int | None:
@@ -183,6 +199,7 @@ def _index(spill_dir: str, align: bool = True, damage: list | None = None, piece
                 kept = None
         idx.see(meta, evs)
     if pieces is None:
+        idx.rank_ends = idx.ends_for(idx.driver_flows)
         idx.finish(align)
     idx.kept = kept
     return idx

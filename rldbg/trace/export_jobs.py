@@ -83,7 +83,7 @@ def export(ex, spill_dir: str, out_path: str, extra, align: bool, damage: list |
         # Rank slice ends travel only for the driver calls of the whole spill (a few per step),
         # not one per rank call: ask each helper for those now that all are known.
         wanted = idx.driver_flows
-        idx.rank_ends = {f: e for f, e in idx.rank_ends.items() if f in wanted}
+        idx.rank_ends = idx.ends_for(wanted)
         for h in helpers:
             _send(h, ("ends", wanted))
         for h in helpers:
@@ -177,10 +177,11 @@ def helper(ex) -> int:
             dmg: list = []
             mine = ex._index(spill_dir, align, dmg, pieces=pieces, keep=keep)   # all together keep what one would
             kept, mine.kept = mine.kept, None
-            ends, mine.rank_ends = mine.rank_ends, {}
+            calls, mine.calls = mine.calls, []
             reply("index", (mine, dmg))
             _, wanted = pickle.load(inp)
-            reply("ends", {f: ends[f] for f in wanted if f in ends})
+            mine.calls = calls
+            reply("ends", mine.ends_for(wanted))
             _, idx, part_out = pickle.load(inp)
             idx.kept = kept
             try:
