@@ -3,15 +3,14 @@
 Charts are SVG made by pygal (pure Python, no dependencies, maintained) with its JavaScript
 switched off, inlined into the page: nothing is fetched when the page is viewed, so the file can
 be mailed, attached to an issue or opened on an air-gapped machine. The facts come from the same
-analysis as the text report (`report.analyse`); only the series over time are gathered here.
+analysis as the text report (`report.analyse_trace`); only the series over time are gathered here.
 """
 from __future__ import annotations
 
 import html
 from collections import defaultdict
 
-from rldbg.trace.report import Cover, Trace, analyse
-from rldbg.trace.load import load_phases
+from rldbg.trace.report import Cover, Trace, analyse_trace
 
 MAX_POINTS = 500      # per series: keeps the page small and quick for long runs
 MAX_RANK_CHARTS = 8   # ledger charts; more ranks are summarised in the memory chart
@@ -178,8 +177,7 @@ th{background:#f4f4f4} .alarm td{background:#fde8e8} .none{color:#2a7;font-weigh
 
 
 def render_html(path: str) -> str:
-    r = analyse(path)
-    t = Trace((), load_phases(path))   # the same read as the analysis: no second pass over the events
+    r, t = analyse_trace(path)   # the charts come from the analysis's own Trace
     figs = charts(t, r)
     tm, ctl = r["time"], r["controller"]
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>rldbg report</title>"
