@@ -100,12 +100,20 @@ def test_losing_a_node_names_it_and_keeps_the_trace(small_cluster, tmp_path):
         errors = proc.query("select name, idx, severity, source, value from stats "
                             "where severity in ('error', 'data_loss') and value > 0")
         assert errors == [], errors
-        # Both ranks' slices up to the kill: the lost rank's calls of the steps before it were kept.
-        per_rank = {r["rank"]: r["n"] for r in proc.query(
-            """select thread.name as rank, count(*) as n from slice join thread_track tt on slice.track_id = tt.id
-               join thread using(utid) join process using(upid) where process.name = 'actor' group by thread.name""")}
-        lost, kept = per_rank.get(f"rank {lost_rank}", 0), per_rank.get(f"rank {1 - lost_rank}", 0)
-        assert kept > 0 and lost >= kept // 2, per_rank   # same steps, same calls, until the kill
+        # The lost rank's events up to the kill were kept. The metrics file showed two finished
+        # steps before `rldbg stack` ran (seconds, against a shipping round every 0.1 s), so both
+        # ranks' update_actor slices of the first two steps must be in the trace. How many later
+        # steps the lost rank had shipped when its node died depends on the machine's load (its
+        # unshipped tail is lost with it), so no count beyond those two is asserted.
+        steps: dict = {}
+        for r in proc.query(
+                """select thread.name as rank, extract_arg(slice.arg_set_id, 'args.step') as step from slice
+                   join thread_track tt on slice.track_id = tt.id join thread using(utid) join process using(upid)
+                   where process.name = 'actor' and slice.name = 'update_actor'"""):
+            steps.setdefault(r["rank"], set()).add(r["step"])
+        lost, kept = steps.get(f"rank {lost_rank}", set()), steps.get(f"rank {1 - lost_rank}", set())
+        first_two = sorted(kept)[:2]
+        assert len(first_two) == 2 and set(first_two) <= lost, steps
         died = proc.query("select name, arg_set_id from slice where name = 'rank_died'")
         assert len(died) == 1, died
 
