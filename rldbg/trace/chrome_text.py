@@ -56,9 +56,9 @@ _CACHE_MAX = 200_000   # distinct templates kept; beyond it the cache starts ove
 
 class Formatter:
     """Chrome JSON text for a batch of events, by string templates: for each distinct
-    (ph, cat, name, role, rank, step, method) the JSON of everything but the times and the
-    event's own args is built once and cached; per event only the times, and args when it has
-    any, are formatted. The output is byte for byte what json.dumps of the event's dict writes
+    (ph, cat, name, role, rank, step, method) of a slice or instant, and each counter track, the
+    JSON of everything but the times and the event's own args is built once and cached; per
+    event only the times, and args when it has any, are formatted. The output is byte for byte what json.dumps of the event's dict writes
     (same keys, same order); an event whose args carry a key the exporter also sets takes the
     dict path, so its args win as before."""
 
@@ -68,10 +68,14 @@ class Formatter:
         self.nodes = {rr: (p.get("node_id", "")[:8], p.get("node_ip", "")) for rr, p in
                       ((rr, idx.procs.get(k, {})) for rr, k in idx.rank_proc.items())}
         self.cache: dict = {}   # key -> (prefix up to the ts digits, args JSON, args without braces, defaults)
+        # A slice's or instant's text up to its ts, by (ph, cat, name, role, rank): shared by the
+        # templates of its steps and methods (a run has thousands of steps: each call and
+        # transition of a step is a template of its own, its prefix is not).
+        self.prefixes: dict = {}
+        self.counters: dict = {}   # (name, role, rank) -> a counter's text up to its ts
 
     def _template(self, key) -> tuple:
         ph, cat, name, role, rank, stp, method = key
-        pid, tid = self.idx.roles[role], rank + 1
         if ph == SLICE:
             a = {"role": role, "rank": rank}
             if stp is not None:
@@ -80,27 +84,52 @@ class Formatter:
                 a["method"] = method
             if cat == "call" and (role, rank) in self.nodes:
                 a["node"], a["ip"] = self.nodes[(role, rank)]
-            pre = f'{{"ph":"X","pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
-        elif ph == INSTANT:
+        else:   # INSTANT
             a = {"role": role, "rank": rank, "step": stp}
-            pre = f'{{"ph":"i","s":"t","pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
-        else:   # COUNTER
-            a = {}
-            pre = f'{{"ph":"C","pid":{pid},"name":{dumps(f"rank {rank} {name}")},"ts":"'
-        full = dumps(a)
+        pk = key[:5]
+        pre = self.prefixes.get(pk)
+        if pre is None:
+            pid, tid = self.idx.roles[role], rank + 1
+            if ph == SLICE:
+                pre = f'{{"ph":"X","pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
+            else:
+                pre = f'{{"ph":"i","s":"t","pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
+            if len(self.prefixes) > _CACHE_MAX:
+                self.prefixes.clear()
+            self.prefixes[pk] = pre
+        full = args_json(a)
         if len(self.cache) > _CACHE_MAX:
             self.cache.clear()
         t = self.cache[key] = (pre, full, full[1:-1], a)
         return t
 
+    def _counter(self, key) -> str:
+        """A counter's text up to its ts: its line depends on its track alone (pid and the
+        "rank N <name>" name), not on the step, method or category it was sampled in."""
+        name, role, rank = key
+        pre = f'{{"ph":"C","pid":{self.idx.roles[role]},"name":{dumps(f"rank {rank} {name}")},"ts":"'
+        if len(self.counters) > _CACHE_MAX:
+            self.counters.clear()
+        self.counters[key] = pre
+        return pre
+
     def batch(self, evs, off: int) -> list:
         """The JSON texts of a batch's events (a driver call expands into several), in order."""
         base = off - self.idx.origin
         cache, template, ajson, bind_id = self.cache, self._template, args_json, self.idx.bind_id
+        counters, counter = self.counters, self._counter
         out, r3 = [], _R3
         app = out.append
         for ev in evs:
             ph, cat, name, ts, dur, role, rank, stp, method, flow, args = ev
+            if ph == "C":
+                key = (name, role, rank)
+                pre = counters.get(key)
+                if pre is None:
+                    pre = counter(key)
+                q, r = divmod(ts + base, 1000)
+                app(f'{pre}{q}.{r3[r]}","args":{ajson(args)}}}')
+                continue
             if ph == "D":
                 self._driver_call(ev, off, app)
                 continue
@@ -117,11 +146,11 @@ class Formatter:
                     aj = t[1]
                 elif type(args) is dict and _SLICE_KEYS.isdisjoint(args):
                     aj = ajson(args)[:-1] + "," + t[2] + "}"
-                else:
+                else:   # its args in their order and values, then the defaults they lack (setdefault, at C speed)
                     a = dict(args)
-                    for k, v in t[3].items():
-                        a.setdefault(k, v)
-                    aj = dumps(a)
+                    a.update(t[3])
+                    a.update(args)
+                    aj = ajson(a)
                 dq, dr = divmod(dur, 1000)
                 dr = r3[dr]
                 fid = bind_id(flow, role, rank) if flow is not None and cat == "call" else None
@@ -130,15 +159,13 @@ class Formatter:
                         f'"bind_id":{fid},"flow_in":true,"flow_out":true}}')
                 else:
                     app(f'{t[0]}{q}.{r}","dur":"{dq}.{dr}","args":{aj}}}')
-            elif ph == "C":
-                app(f'{t[0]}{q}.{r}","args":{ajson(args)}}}')
             else:
                 if not args:
                     aj = t[1]
                 elif type(args) is dict and _INSTANT_KEYS.isdisjoint(args):
                     aj = ajson(args)[:-1] + "," + t[2] + "}"
                 else:
-                    aj = dumps(dict(args, role=role, rank=rank, step=stp))
+                    aj = ajson(dict(args, role=role, rank=rank, step=stp))
                 app(f'{t[0]}{q}.{r}","args":{aj}}}')
         return out
 
@@ -148,49 +175,51 @@ class Formatter:
             ev = ev._replace(ts_ns=ev.ts_ns + off)
             if ev.args and ev.args.get("t_dispatched"):
                 ev = ev._replace(args=dict(ev.args, t_dispatched=int(ev.args["t_dispatched"]) + off))
-        driver_call(lambda obj: app(dumps(obj)), ev, self.idx)
+        driver_call(app, ev, self.idx)
 
 
-_TEMPLATED = frozenset((SLICE, INSTANT, "C"))
+_TEMPLATED = frozenset((SLICE, INSTANT))   # counters have their own (Formatter._counter)
 _R3 = [f"{i:03d}" for i in range(1000)]   # the ns digits of a µs time
 
 
+_DRIVER = '{"ph":"X","pid":1,"tid":1,"cat":"driver_call","name":'
+
+
 def driver_call(put, ev, idx) -> None:
-    """One driver call (an Event, on the collector's clock) as its slices, each handed to `put` as
-    a dict: the call, dispatch > send → rank i, wait > recv ← rank i, with the flow ids joining
-    each send and recv to that rank's slice of the call."""
+    """One driver call (an Event, on the collector's clock) as the JSON texts of its slices, each
+    handed to `put`: the call, dispatch > send → rank i, wait > recv ← rank i, with the flow ids
+    joining each send and recv to that rank's slice of the call. Built from text pieces (the
+    args every slice of the call shares are written once): the bytes json.dumps writes for each
+    slice's dict {ph, pid, tid, cat, name, ts, dur, args[, bind_id, flow_out|flow_in]}."""
     ts, dur, stp, method, flow, args = ev.ts_ns, ev.dur_ns, ev.step, ev.method, ev.flow, ev.args
     o = idx.origin
     end, world = ts + dur, int(args.get("world") or 0)
     t_disp = min(max(int(args.get("t_dispatched") or end), ts), end)
-    group = args.get("group")
     ends = idx.rank_ends.get(flow, {})
     served = sorted({r for (ro, r) in ends}) if ends else []
-    base = {"role": "driver", "group": group, "method": method, "step": stp, "flow": flow}
-    put({"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": method, "ts": us(ts - o),
-         "dur": us(dur), "args": dict(base, mode=args.get("mode"), world=world, status=args.get("status"),
-                                       error=args.get("error"), result=args.get("result"))})
-    put({"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": "dispatch", "ts": us(ts - o),
-         "dur": us(t_disp - ts), "args": base})
+    # The args all of the call's slices share: {"role": "driver", "group", "method", "step", "flow"}.
+    j = args_json   # json.dumps's text (see there), without building an encoder per call
+    base = j({"role": "driver", "group": args.get("group"), "method": method, "step": stp, "flow": flow})
+    head = base[:-1]
+    more = j({"mode": args.get("mode"), "world": world, "status": args.get("status"),
+              "error": args.get("error"), "result": args.get("result")})
+    start = us(ts - o)
+    put(f'{_DRIVER}{j(method)},"ts":"{start}","dur":"{us(dur)}","args":{head},{more[1:]}}}')
+    put(f'{_DRIVER}"dispatch","ts":"{start}","dur":"{us(t_disp - ts)}","args":{base}}}')
     shards = args.get("shards") or []
     n = max(world, len(served), 1)
     step_ns = (t_disp - ts) // n
     roles_of = {r: ro for (ro, r) in ends}
     for i in range(n):
-        e = {"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": f"send → rank {i}",
-             "ts": us(ts + i * step_ns - o), "dur": us(step_ns),
-             "args": dict(base, rank=i, shard=shards[i] if i < len(shards) else None)}
+        shard = j(shards[i]) if i < len(shards) else "null"
+        line = (f'{_DRIVER}"send → rank {i}","ts":"{us(ts + i * step_ns - o)}","dur":"{us(step_ns)}",'
+                f'"args":{head},"rank":{i},"shard":{shard}}}')
         fid = idx.bind_id(flow, roles_of[i], i) if i in roles_of else None
-        if fid is not None:
-            e.update(bind_id=fid, flow_out=True)
-        put(e)
-    put({"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": "wait", "ts": us(t_disp - o),
-         "dur": us(end - t_disp), "args": base})
+        put(f'{line},"bind_id":{fid},"flow_out":true}}' if fid is not None else line + "}")
+    put(f'{_DRIVER}"wait","ts":"{us(t_disp - o)}","dur":"{us(end - t_disp)}","args":{base}}}')
     for (ro, r), t in sorted(ends.items(), key=lambda kv: kv[1]):
         at = min(max(t, t_disp), end)
-        e = {"ph": "X", "pid": 1, "tid": 1, "cat": "driver_call", "name": f"recv ← rank {r}",
-             "ts": us(at - o), "dur": "0.000", "args": dict(base, rank=r, role_served=ro)}
+        line = (f'{_DRIVER}"recv ← rank {r}","ts":"{us(at - o)}","dur":"0.000",'
+                f'"args":{head},"rank":{r},"role_served":{j(ro)}}}')   # r: an int (spill._check)
         fid = idx.bind_id(flow, ro, r)
-        if fid is not None:
-            e.update(bind_id=fid, flow_in=True)
-        put(e)
+        put(f'{line},"bind_id":{fid},"flow_in":true}}' if fid is not None else line + "}")
