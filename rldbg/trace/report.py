@@ -91,19 +91,22 @@ class Trace:
                          "role": a.get("role", names.get(e.get("pid"))), "rank": a.get("rank", 0),
                          "step": a.get("step"), "method": a.get("method"), "flow": a.get("flow"), "args": a})
         for e in by_ph.get("C", ()):
-            name = e.get("name", "")
-            name = name if type(name) is str else str(name)
-            m = counters.get(name, False)
-            if m is False:   # a counter track's name is matched once, not per sample
-                m = counters[name] = _RANK_COUNTER.match(str(name))
-            role = names.get(e.get("pid"))
-            if not m or role is None:
+            name, pid = e.get("name", ""), e.get("pid")
+            track = (pid, name if type(name) is str else str(name))
+            where = counters.get(track, False)
+            if where is False:   # a counter track is read once (role, rank, kind), not per sample
+                m, role = _RANK_COUNTER.match(track[1]), names.get(pid)
+                where = counters[track] = None if not m or role is None else (
+                    role, int(m.group(1)), self.mem if m.group(2) == "memory" else self.ledger)
+            if where is None:
                 continue
-            rank, kind = int(m.group(1)), m.group(2)
-            target = self.mem if kind == "memory" else self.ledger
-            t = ts_ns(e["ts"])
-            for series, v in (e.get("args") or {}).items():
-                target[(role, rank, series)].append((t, v))
+            role, rank, target = where
+            args = e.get("args")
+            if args:
+                t = e["ts"]
+                t = int(t.replace(".", "")) if type(t) is str and t[-4:-3] == "." else ts_ns(t)
+                for series, v in args.items():
+                    target[(role, rank, series)].append((t, v))
         for d in (self.mem, self.ledger):
             for v in d.values():
                 v.sort()
