@@ -58,9 +58,9 @@ class Formatter:
     """Chrome JSON text for a batch of events, by string templates: for each distinct
     (ph, cat, name, role, rank, step, method) of a slice or instant, and each counter track, the
     JSON of everything but the times and the event's own args is built once and cached; per
-    event only the times, and args when it has any, are formatted. The output is byte for byte what json.dumps of the event's dict writes
-    (same keys, same order); an event whose args carry a key the exporter also sets takes the
-    dict path, so its args win as before."""
+    event only the times, and args when it has any, are formatted. The output is byte for byte
+    what json.dumps of the event's dict writes (same keys, same order); an event whose args
+    carry a key the exporter also sets takes the dict path, so its args win as before."""
 
     def __init__(self, idx):
         self.idx = idx

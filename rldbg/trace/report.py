@@ -103,8 +103,7 @@ class Trace:
             role, rank, target = where
             args = e.get("args")
             if args:
-                t = e["ts"]
-                t = int(t.replace(".", "")) if type(t) is str and t[-4:-3] == "." else ts_ns(t)
+                t = ts_ns(e["ts"])
                 for series, v in args.items():
                     target[(role, rank, series)].append((t, v))
         for d in (self.mem, self.ledger):
