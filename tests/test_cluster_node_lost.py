@@ -101,8 +101,9 @@ def test_losing_a_node_names_it_and_keeps_the_trace(small_cluster, tmp_path):
                             "where severity in ('error', 'data_loss') and value > 0")
         assert errors == [], errors
         # The lost rank's events up to the kill were kept. The metrics file showed two finished
-        # steps before `rldbg stack` ran (seconds, against a shipping round every 0.1 s), so both
-        # ranks' update_actor slices of the first two steps must be in the trace. How many later
+        # steps before `rldbg stack` ran (a fresh interpreter and a dashboard round trip: seconds,
+        # against the trainer's shipping round every trace.flush_s = 1 s), so both ranks'
+        # update_actor slices of the first two steps must be in the trace. How many later
         # steps the lost rank had shipped when its node died depends on the machine's load (its
         # unshipped tail is lost with it), so no count beyond those two is asserted.
         steps: dict = {}
