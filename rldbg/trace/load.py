@@ -105,22 +105,8 @@ def _scan_array(text: str, start: int, notes: list) -> list:
 
 
 def _valid(e) -> bool:
-    if type(e) is not dict:
-        return False
-    ph = e.get("ph")
-    if type(ph) is not str:
-        return False
-    try:
-        if ph in _NEEDS_TS:
-            float(e["ts"])
-            if ph == "X":
-                float(e.get("dur", 0))
-        a = e.get("args")
-        if a is not None and type(a) is not dict:
-            return False
-    except (KeyError, TypeError, ValueError):
-        return False
-    return True
+    """Whether the analysis can read the event: phases()' rule, for one event."""
+    return not phases((e,))[1]
 
 
 _cache: dict = {}
@@ -140,15 +126,28 @@ def no_gc():
             gc.enable()
 
 
-def phases(events: list) -> tuple[dict, int]:
-    """{ph: [events]} of the valid events (_valid), in one pass so that each analysis walks only
-    the events it reads, and how many events were not valid."""
-    out, bad, valid = {}, 0, _valid
+def phases(events) -> tuple[dict, int]:
+    """{ph: [events]} of the valid events, in one pass so that each analysis walks only the
+    events it reads, and how many events were not valid. Valid: a dict whose "ph" is a string,
+    with a number (or a number's text) as "ts" where its phase has a time, and as "dur" if it
+    has one on an "X", and args a dict if any. The rule is written out here, in the loop, and
+    nowhere else (_valid asks this): a function call per event cost an eighth of this pass."""
+    out, bad, needs_ts = {}, 0, _NEEDS_TS
     for e in events:
-        if not valid(e):
+        try:
+            ph = e["ph"]   # of what JSON holds only a dict has it: a list or a string is a TypeError
+            if type(ph) is not str:
+                raise TypeError
+            if ph in needs_ts:
+                float(e["ts"])
+                if ph == "X":
+                    float(e.get("dur", 0))
+            a = e.get("args")
+            if a is not None and type(a) is not dict:
+                raise TypeError
+        except (KeyError, TypeError, ValueError, OverflowError):   # OverflowError: float(10**400)
             bad += 1
             continue
-        ph = e["ph"]
         got = out.get(ph)
         if got is None:
             got = out[ph] = []

@@ -93,19 +93,21 @@ class Trace:
         for e in by_ph.get("C", ()):
             name, pid = e.get("name", ""), e.get("pid")
             track = (pid, name if type(name) is str else str(name))
-            where = counters.get(track, False)
-            if where is False:   # a counter track is read once (role, rank, kind), not per sample
+            series = counters.get(track)
+            if series is None:   # a counter track is read once (role, rank, kind), not per sample
                 m, role = _RANK_COUNTER.match(track[1]), names.get(pid)
-                where = counters[track] = None if not m or role is None else (
-                    role, int(m.group(1)), self.mem if m.group(2) == "memory" else self.ledger)
-            if where is None:
+                series = counters[track] = False if not m or role is None else (
+                    role, int(m.group(1)), self.mem if m.group(2) == "memory" else self.ledger, {})
+            if series is False:
                 continue
-            role, rank, target = where
             args = e.get("args")
             if args:
-                t = ts_ns(e["ts"])
-                for series, v in args.items():
-                    target[(role, rank, series)].append((t, v))
+                t, lists = ts_ns(e["ts"]), series[3]
+                for k, v in args.items():
+                    got = lists.get(k)   # the track's list of each of its series, found once
+                    if got is None:
+                        got = lists[k] = series[2][(series[0], series[1], k)]
+                    got.append((t, v))
         for d in (self.mem, self.ledger):
             for v in d.values():
                 v.sort()
