@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 from json.encoder import c_make_encoder, encode_basestring
+from operator import itemgetter
 
 import orjson
 
-from rldbg.trace.events import INSTANT, SLICE, decode
+from rldbg.trace.events import INSTANT, SLICE
 
 dumps = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
 # The C encoder built once (JSONEncoder.encode builds one per call): the same output as dumps.
@@ -73,6 +74,7 @@ class Formatter:
         # transition of a step is a template of its own, its prefix is not).
         self.prefixes: dict = {}
         self.counters: dict = {}   # (name, role, rank) -> a counter's text up to its ts
+        self.names: dict = {}      # a driver call's method or served role -> its JSON
 
     def _template(self, key) -> tuple:
         ph, cat, name, role, rank, stp, method = key
@@ -169,13 +171,69 @@ class Formatter:
                 app(f'{t[0]}{q}.{r}","args":{aj}}}')
         return out
 
-    def _driver_call(self, raw, off: int, app) -> None:
-        ev = decode(raw)
-        if off:
-            ev = ev._replace(ts_ns=ev.ts_ns + off)
-            if ev.args and ev.args.get("t_dispatched"):
-                ev = ev._replace(args=dict(ev.args, t_dispatched=int(ev.args["t_dispatched"]) + off))
-        driver_call(app, ev, self.idx)
+    def _driver_call(self, raw, off: int, put) -> None:
+        """One driver call (its spill tuple; `off` puts it on the collector's clock) as the JSON
+        texts of its slices, each handed to `put`: the call, dispatch > send → rank i, wait >
+        recv ← rank i, with the flow ids joining each send and recv to that rank's slice of the
+        call. Built from text pieces (the args every slice of the call shares are written once,
+        a name's JSON once per name): the bytes json.dumps writes for each slice's dict
+        {ph, pid, tid, cat, name, ts, dur, args[, bind_id, flow_out|flow_in]}. A run has a few
+        driver calls per step, seven slices or more each: with a call to us() per time and names
+        encoded every time they were a third of the formatting time of a run-shaped spill
+        (bench/run_shaped.py), 29 µs a call here; times written inline, 21 µs."""
+        _, _, _, ts, dur, _, _, stp, method, flow, args = raw
+        idx, r3, j, name = self.idx, _R3, args_json, self._name_json
+        ts += off
+        o = idx.origin
+        end, world = ts + dur, int(args.get("world") or 0)
+        td = args.get("t_dispatched")
+        t_disp = min(max(int(td) + off if td else end, ts), end)
+        ends = idx.rank_ends.get(flow, {})
+        # The args all of the call's slices share: {"role": "driver", "group", "method", "step", "flow"}.
+        base = j({"role": "driver", "group": args.get("group"), "method": method, "step": stp, "flow": flow})
+        head = base[:-1]
+        more = j({"mode": args.get("mode"), "world": world, "status": args.get("status"),
+                  "error": args.get("error"), "result": args.get("result")})
+        q, r = divmod(ts - o, 1000)
+        start = f"{q}.{r3[r]}"
+        q, r = divmod(dur, 1000)
+        put(f'{_DRIVER}{name(method)},"ts":"{start}","dur":"{q}.{r3[r]}","args":{head},{more[1:]}}}')
+        q, r = divmod(t_disp - ts, 1000)
+        put(f'{_DRIVER}"dispatch","ts":"{start}","dur":"{q}.{r3[r]}","args":{base}}}')
+        shards = args.get("shards") or []
+        roles_of = {r: ro for (ro, r) in ends}
+        n = max(world, len(roles_of), 1)
+        step_ns = (t_disp - ts) // n
+        q, r = divmod(step_ns, 1000)
+        sdur = f'","dur":"{q}.{r3[r]}","args":{head},"rank":'
+        for i in range(n):
+            q, r = divmod(ts + i * step_ns - o, 1000)
+            line = (f'{_DRIVER}"send → rank {i}","ts":"{q}.{r3[r]}{sdur}{i},"shard":'
+                    f'{j(shards[i]) if i < len(shards) else "null"}}}')
+            fid = idx.bind_id(flow, roles_of[i], i) if i in roles_of else None
+            put(f'{line},"bind_id":{fid},"flow_out":true}}' if fid is not None else line + "}")
+        q, r = divmod(t_disp - o, 1000)
+        q2, r2 = divmod(end - t_disp, 1000)
+        put(f'{_DRIVER}"wait","ts":"{q}.{r3[r]}","dur":"{q2}.{r3[r2]}","args":{base}}}')
+        for (ro, r), t in sorted(ends.items(), key=_second):
+            q, rr = divmod(min(max(t, t_disp), end) - o, 1000)
+            line = (f'{_DRIVER}"recv ← rank {r}","ts":"{q}.{r3[rr]}","dur":"0.000",'
+                    f'"args":{head},"rank":{r},"role_served":{name(ro)}}}')   # r: an int (spill._check)
+            fid = idx.bind_id(flow, ro, r)
+            put(f'{line},"bind_id":{fid},"flow_in":true}}' if fid is not None else line + "}")
+
+    def _name_json(self, v) -> str:
+        """A method's or role's JSON (args_json's text), once per distinct string (only strings:
+        1, 1.0 and True are one dict key but three texts)."""
+        if type(v) is not str:
+            return args_json(v)
+        got = self.names.get(v)
+        if got is None:
+            got = args_json(v)
+            if len(self.names) > _CACHE_MAX:
+                self.names.clear()
+            self.names[v] = got
+        return got
 
 
 _TEMPLATED = frozenset((SLICE, INSTANT))   # counters have their own (Formatter._counter)
@@ -183,43 +241,4 @@ _R3 = [f"{i:03d}" for i in range(1000)]   # the ns digits of a µs time
 
 
 _DRIVER = '{"ph":"X","pid":1,"tid":1,"cat":"driver_call","name":'
-
-
-def driver_call(put, ev, idx) -> None:
-    """One driver call (an Event, on the collector's clock) as the JSON texts of its slices, each
-    handed to `put`: the call, dispatch > send → rank i, wait > recv ← rank i, with the flow ids
-    joining each send and recv to that rank's slice of the call. Built from text pieces (the
-    args every slice of the call shares are written once): the bytes json.dumps writes for each
-    slice's dict {ph, pid, tid, cat, name, ts, dur, args[, bind_id, flow_out|flow_in]}."""
-    ts, dur, stp, method, flow, args = ev.ts_ns, ev.dur_ns, ev.step, ev.method, ev.flow, ev.args
-    o = idx.origin
-    end, world = ts + dur, int(args.get("world") or 0)
-    t_disp = min(max(int(args.get("t_dispatched") or end), ts), end)
-    ends = idx.rank_ends.get(flow, {})
-    served = sorted({r for (ro, r) in ends}) if ends else []
-    # The args all of the call's slices share: {"role": "driver", "group", "method", "step", "flow"}.
-    j = args_json   # json.dumps's text (see there), without building an encoder per call
-    base = j({"role": "driver", "group": args.get("group"), "method": method, "step": stp, "flow": flow})
-    head = base[:-1]
-    more = j({"mode": args.get("mode"), "world": world, "status": args.get("status"),
-              "error": args.get("error"), "result": args.get("result")})
-    start = us(ts - o)
-    put(f'{_DRIVER}{j(method)},"ts":"{start}","dur":"{us(dur)}","args":{head},{more[1:]}}}')
-    put(f'{_DRIVER}"dispatch","ts":"{start}","dur":"{us(t_disp - ts)}","args":{base}}}')
-    shards = args.get("shards") or []
-    n = max(world, len(served), 1)
-    step_ns = (t_disp - ts) // n
-    roles_of = {r: ro for (ro, r) in ends}
-    for i in range(n):
-        shard = j(shards[i]) if i < len(shards) else "null"
-        line = (f'{_DRIVER}"send → rank {i}","ts":"{us(ts + i * step_ns - o)}","dur":"{us(step_ns)}",'
-                f'"args":{head},"rank":{i},"shard":{shard}}}')
-        fid = idx.bind_id(flow, roles_of[i], i) if i in roles_of else None
-        put(f'{line},"bind_id":{fid},"flow_out":true}}' if fid is not None else line + "}")
-    put(f'{_DRIVER}"wait","ts":"{us(t_disp - o)}","dur":"{us(end - t_disp)}","args":{base}}}')
-    for (ro, r), t in sorted(ends.items(), key=lambda kv: kv[1]):
-        at = min(max(t, t_disp), end)
-        line = (f'{_DRIVER}"recv ← rank {r}","ts":"{us(at - o)}","dur":"0.000",'
-                f'"args":{head},"rank":{r},"role_served":{j(ro)}}}')   # r: an int (spill._check)
-        fid = idx.bind_id(flow, ro, r)
-        put(f'{line},"bind_id":{fid},"flow_in":true}}' if fid is not None else line + "}")
+_second = itemgetter(1)   # a rank's slice end, in ((role, rank), end)
