@@ -83,9 +83,9 @@ def export(ex, spill_dir: str, out_path: str, extra, align: bool, damage: list |
         # Rank slice ends travel only for the driver calls of the whole spill (a few per step),
         # not one per rank call: ask each helper for those now that all are known.
         wanted = idx.driver_flows
-        idx.rank_ends = idx.ends_for(wanted)
-        for h in helpers:
+        for h in helpers:   # asked first: they work out theirs while this process works out its own
             _send(h, ("ends", wanted))
+        idx.rank_ends = idx.ends_for(wanted)
         for h in helpers:
             for f, ends in _receive(h).items():
                 idx.rank_ends.setdefault(f, {}).update(ends)
