@@ -4,9 +4,11 @@ one place the rule is written) and how counter samples become per-rank series
 editor leaves."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from rldbg.trace.load import _valid, phases
+from rldbg.trace.load import load_trace, phases
 from rldbg.trace.report import Trace
 
 GOOD = [
@@ -39,8 +41,17 @@ def test_phases_keeps_exactly_the_readable_events_in_order():
 
 
 @pytest.mark.parametrize("event", GOOD + BAD, ids=lambda e: repr(e)[:40])
-def test_valid_is_phases_rule_for_one_event(event):
-    assert _valid(event) is (event in GOOD)
+def test_each_event_alone_is_judged_the_same(event):
+    assert phases([event])[1] == (0 if event in GOOD else 1)
+
+
+def test_a_damaged_trace_keeps_its_readable_events_in_file_order(tmp_path):
+    events = [GOOD[1], GOOD[3], BAD[5], GOOD[2], GOOD[0], BAD[4], GOOD[4]]   # two X around a C
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(events))
+    got, notes = load_trace(str(path))
+    assert got == [GOOD[1], GOOD[3], GOOD[2], GOOD[0], GOOD[4]]
+    assert notes == ["2 malformed event(s) skipped (missing or bad ph/ts/dur/args)"]
 
 
 def _meta(pid, role):
