@@ -124,9 +124,7 @@ class _Index:
                 self.roles[role] = len(self.roles) + 1
         for role, ranks in later.ranks.items():
             self.ranks.setdefault(role, set()).update(ranks)
-        for flow, ends in later.rank_ends.items():
-            self.rank_ends.setdefault(flow, {}).update(ends)
-        self.calls += later.calls
+        self.calls += later.calls   # rank_ends come from these only after the merge (ends_for)
         self.drops.update(later.drops)
         for key, p in later.procs.items():
             mine = self.procs.setdefault(key, p)

@@ -212,12 +212,10 @@ def _load(path: str, key) -> tuple[list[dict], list[str], dict]:
     by_ph, bad = phases(events)
     # An intact trace (the common case) is the parsed list itself; only a damaged one is copied,
     # in its order, keeping the events phases() kept.
+    good = events
     if bad:
         kept = {id(e) for got in by_ph.values() for e in got}
         good = [e for e in events if id(e) in kept]
-    else:
-        good = events
-    if bad:
         notes.append(f"{bad} malformed event(s) skipped (missing or bad ph/ts/dur/args)")
     if not good:
         raise TraceFileError(f"{path!r} holds no trace events (empty or cut before the first event)"

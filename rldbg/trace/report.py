@@ -93,20 +93,20 @@ class Trace:
         for e in by_ph.get("C", ()):
             name, pid = e.get("name", ""), e.get("pid")
             track = (pid, name if type(name) is str else str(name))
-            series = counters.get(track)
-            if series is None:   # a counter track is read once (role, rank, kind), not per sample
+            where = counters.get(track)
+            if where is None:   # a counter track is read once (role, rank, kind), not per sample
                 m, role = _RANK_COUNTER.match(track[1]), names.get(pid)
-                series = counters[track] = False if not m or role is None else (
+                where = counters[track] = False if not m or role is None else (
                     role, int(m.group(1)), self.mem if m.group(2) == "memory" else self.ledger, {})
-            if series is False:
+            if where is False:
                 continue
             args = e.get("args")
             if args:
-                t, lists = ts_ns(e["ts"]), series[3]
-                for k, v in args.items():
-                    got = lists.get(k)   # the track's list of each of its series, found once
+                t, lists = ts_ns(e["ts"]), where[3]
+                for series, v in args.items():
+                    got = lists.get(series)   # the track's list of each of its series, found once
                     if got is None:
-                        got = lists[k] = series[2][(series[0], series[1], k)]
+                        got = lists[series] = where[2][(where[0], where[1], series)]
                     got.append((t, v))
         for d in (self.mem, self.ledger):
             for v in d.values():
