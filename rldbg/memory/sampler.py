@@ -10,12 +10,13 @@ import time
 from rldbg.context import current, identity
 from rldbg.memory.probes import sample
 from rldbg.trace.events import memory_event
+from rldbg.trace.stopflag import StopFlag
 
 
 class Sampler:
     def __init__(self, hz: float, emit):
         self.period, self.emit = 1.0 / hz, emit
-        self._stop = threading.Event()
+        self._stop = StopFlag()   # cheaper to wake 10 times a second than an Event
         self._t = threading.Thread(target=self._run, name="rldbg-mem-sampler", daemon=True)
         self._t.start()
 

@@ -29,6 +29,7 @@ from itertools import repeat, starmap
 
 from rldbg.trace.clock import CONNECT_SAMPLES, ClockSync
 from rldbg.trace.spill import encode_events
+from rldbg.trace.stopflag import StopFlag
 
 MAX_INFLIGHT = 4
 BATCH = 20_000
@@ -97,7 +98,7 @@ class Shipper:
         self._last_look = 0.0
         self.meta = {"pid": os.getpid(), "host": socket.gethostname(), **(node or {})}
         self.clock = ClockSync()
-        self._stop = threading.Event()
+        self._stop = StopFlag()
         self._lock = threading.Lock()   # flusher vs. an explicit flush() from the recording thread
         self._thread = threading.Thread(target=self._run, name="rldbg-flusher", daemon=True)
         self._thread.start()
