@@ -7,10 +7,17 @@ drift hits both sides alike. Prints the median step time of each and their ratio
 with bootstrap intervals of that ratio and of the ratio of the means: a step's time scatters by
 several % on a shared machine, so a run's ratio says "met" or "not met" only when its interval
 lies on one side of the goal (here, 200 steps a side still left the median ratio within ±4%).
+
+Then tracing's standing cost, which does resolve: the CPU that every process of the job (driver,
+workers, the collector, Ray's own) uses per second while the job sits idle, untraced and traced
+in alternating windows. It is what tracing takes from the cores whatever the step does (memory
+sampling, shipping rounds, the collector process); a step that keeps both cores busy loses about
+that share of the machine.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import random
 import statistics
@@ -36,6 +43,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5, help="steps per block")
     ap.add_argument("--flush", type=float, default=None, help="flush interval, s (default: rldbg's)")
     ap.add_argument("--memory-hz", type=float, default=10.0)
+    ap.add_argument("--idle-seconds", type=float, default=4.0, help="length of each idle window")
+    ap.add_argument("--idle-rounds", type=int, default=3, help="untraced/traced idle window pairs")
     a = ap.parse_args()
     cfg = load_config("demo", overrides=["trace.enabled=false", "control.enabled=false", "trainer.progress=false",
                                          f"trainer.run_dir={tempfile.mkdtemp()}"])
@@ -75,9 +84,71 @@ def main() -> None:
             lo, hi = ratio_interval(off, on, stat)
             verdict = "met" if hi <= 1.01 else "NOT met" if lo > 1.01 else "not resolved by this run (more --rounds)"
             print(f"  90% bootstrap interval of the {what} ratio: {lo:.3f} .. {hi:.3f}; goal <= 1.01: {verdict}")
+        standing_cost(lambda: train_step(next(step), src.batch(0), groups["actor"], groups.get("critic"),
+                                         groups["reward"], cfg),
+                      a.memory_hz, a.idle_seconds, a.idle_rounds, a.flush)
     finally:
         shutdown_groups(groups.values())
         ray.shutdown()
+
+
+def job_cpu_ns() -> dict:
+    """{(pid, name): CPU ns used so far} for this process and every process it started (Ray's GCS
+    and raylet, the workers, the collector), from each thread's /proc/<pid>/task/<tid>/schedstat:
+    nanoseconds, where psutil's cpu_times counts 10 ms ticks."""
+    import psutil
+    me = psutil.Process()
+    out = {}
+    for p in [me] + me.children(recursive=True):
+        try:
+            name = "driver" if p.pid == me.pid else p.name()
+            out[(p.pid, name)] = sum(int(open(f).read().split()[0]) for f in glob.glob(f"/proc/{p.pid}/task/*/schedstat"))
+        except (OSError, ValueError, psutil.Error):
+            pass
+    return out
+
+
+def _window(seconds: float) -> dict:
+    """{name: ms of CPU a second} over `seconds` of doing nothing here, per process name."""
+    a = job_cpu_ns()
+    time.sleep(seconds)
+    b = job_cpu_ns()
+    out: dict = {}
+    for key, ns in b.items():
+        if key in a:   # a process started inside the window would count its start-up
+            out[key[1]] = out.get(key[1], 0.0) + (ns - a[key]) / seconds / 1e6
+    return out
+
+
+def standing_cost(one_step, memory_hz: float, seconds: float, rounds: int, flush) -> None:
+    """Tracing's CPU per second with the job idle: alternating untraced and traced windows; one
+    step before each window (outside it) so the workers have looked up the collector, or gone
+    quiet after a stop, before it is measured."""
+    off, on = [], []
+    for _ in range(rounds):
+        one_step()
+        time.sleep(0.5)
+        off.append(_window(seconds))
+        extra = {} if flush is None else {"flush_interval": flush}
+        rldbg.trace.start(os.path.join(tempfile.mkdtemp(), "standing.json.gz"), memory_hz=memory_hz, **extra)
+        try:
+            one_step()
+            time.sleep(1.0)   # the collector's start-up and the workers' connect round are not standing costs
+            on.append(_window(seconds))
+        finally:
+            rldbg.trace.stop(export=False)
+    names = sorted({n for w in off + on for n in w})
+    per = {n: (statistics.mean(w.get(n, 0.0) for w in off), statistics.mean(w.get(n, 0.0) for w in on)) for n in names}
+    t_off = [sum(w.values()) for w in off]
+    t_on = [sum(w.values()) for w in on]
+    d = statistics.mean(t_on) - statistics.mean(t_off)
+    print(f"tracing's standing CPU, job idle, {rounds} x {seconds:g} s windows a side (memory sampling {memory_hz:g} Hz): "
+          f"untraced {statistics.mean(t_off):.1f} ms/s (windows {', '.join(f'{x:.1f}' for x in t_off)}), "
+          f"traced {statistics.mean(t_on):.1f} ms/s ({', '.join(f'{x:.1f}' for x in t_on)}): "
+          f"+{d:.1f} ms of CPU a second, {d / 20:.2f}% of 2 cores")
+    for n, (x, y) in sorted(per.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0])):
+        if abs(y - x) >= 0.2:
+            print(f"  {n:32s} {x:6.2f} -> {y:6.2f} ms/s ({y - x:+.2f})")
 
 
 def ratio_interval(off: list, on: list, stat=statistics.median, draws: int = 2000,
