@@ -6,9 +6,12 @@ write the trace. As users run it: `rldbg export --jobs N` in a subprocess."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from rldbg.trace import events as ev
 from rldbg.trace.export import export_spill
@@ -114,6 +117,28 @@ def test_a_helper_that_cannot_start_leaves_the_export_to_one_process(tmp_path, m
     assert "exporting with 2 processes failed (cannot start" in err and "exporting in one process" in err
     assert (tmp_path / "two.json").read_bytes() == (tmp_path / "one.json").read_bytes() and info["events"] > 500
     assert not list(tmp_path.glob("two.json.part*"))
+
+
+@pytest.mark.parametrize("after", [0, 1000])
+def test_a_file_system_without_copy_file_range_still_gets_every_byte(tmp_path, monkeypatch, after):
+    """A helper's part is appended in the kernel (copy_file_range); where the file system refuses,
+    at once or part way through, the rest is copied through Python and the file is the same."""
+    import errno
+
+    from rldbg.trace import export_jobs
+    spill = _spill(tmp_path, monkeypatch)
+    export_spill(spill, str(tmp_path / "one.json"), jobs=1)
+    real, calls = os.copy_file_range, []
+
+    def refusing(src, dst, count, *a):
+        calls.append(count)
+        if after and len(calls) == 1:
+            return real(src, dst, after)
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(export_jobs.os, "copy_file_range", refusing)
+    export_spill(spill, str(tmp_path / "two.json"), jobs=2)
+    assert calls and (tmp_path / "two.json").read_bytes() == (tmp_path / "one.json").read_bytes()
 
 
 def _record_starts(data: bytes) -> list[int]:

@@ -23,6 +23,7 @@ are the export's own and propagate as they would from one process.
 """
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import subprocess
@@ -99,9 +100,7 @@ def export(ex, spill_dir: str, out_path: str, extra, align: bool, damage: list |
             n = ex.write_events(f, idx, spill_dir, parts[0])
             for h, part_out in zip(helpers, outs):
                 n += _receive(h)
-                with open(part_out, "rb") as src:
-                    while chunk := src.read(16 << 20):
-                        f.write(chunk)
+                _append(f, part_out)
             return n
 
         out = ex.write_trace(out_path, idx, align, extra, events)
@@ -117,6 +116,23 @@ def export(ex, spill_dir: str, out_path: str, extra, align: bool, damage: list |
     if damage is not None:
         damage += dmg
     return out
+
+
+def _append(f, path: str) -> None:
+    """The file at `path` added to the output `f`. A plain file gets it by copy_file_range: the
+    kernel moves the pages, where reading and writing them through Python copied a helper's
+    part (half the trace) twice more; a .gz output compresses it through the Python stream."""
+    with open(path, "rb") as src:
+        if hasattr(os, "copy_file_range") and type(f) is io.BufferedWriter:
+            f.flush()
+            try:
+                while os.copy_file_range(src.fileno(), f.fileno(), 1 << 30):
+                    pass
+                return
+            except OSError:   # a file system without it: the bytes copied so far stand, the rest below
+                f.seek(0, os.SEEK_END)
+        while chunk := src.read(16 << 20):
+            f.write(chunk)
 
 
 def _remove(path: str) -> None:
