@@ -157,6 +157,30 @@ def test_events_come_from_the_collector_and_export_snapshots_a_live_trace(hub, t
     assert err.value.status == 409
 
 
+def test_the_hub_and_the_collector_add_no_tasks_to_the_dashboard(hub, tmp_path):
+    """The gate syncs with the hub 4 times a second and every traced process ships to the
+    collector each second, for the whole run: none of it may show as tasks (the GCS keeps a
+    bounded number; `rldbg breakpoints` looks a paused worker's task up there)."""
+    import ray
+    from ray.util.state import list_tasks
+
+    @ray.remote(num_cpus=0)
+    def user_task_probe():
+        return 1
+
+    with rldbg.trace.tracing(str(tmp_path / "t.json"), memory_hz=10):
+        ray.get(user_task_probe.remote())
+        time.sleep(1.5)   # six gate syncs and a shipping round
+    deadline, names = time.monotonic() + 30, set()
+    while time.monotonic() < deadline:   # task events reach the GCS about once a second
+        names = {t.name for t in list_tasks(limit=10_000, raise_on_missing_output=False)}
+        if "user_task_probe" in names:
+            break
+        time.sleep(0.5)
+    assert "user_task_probe" in names, sorted(names)
+    assert not [n for n in names if "ControlHub" in n or "Collector" in n or "rldbg" in n], sorted(names)
+
+
 def test_hub_file_is_private_and_discovery_finds_the_hub_through_the_dashboard(hub, ray_cluster):
     path = hub_file(hub["job_id"])
     assert str(path) == hub["file"]
