@@ -36,6 +36,7 @@ def start(port: int = 0, token: str | None = None, gate_timeout_s: float = 30.0,
 
     from rldbg.control.discovery import run_id, write_hub_file
     from rldbg.control.hub import ControlHub
+    from rldbg.own_actors import own_actor_class
 
     if not ray.is_initialized():
         raise RuntimeError("rldbg.control.start() needs Ray: call ray.init() first")
@@ -43,10 +44,7 @@ def start(port: int = 0, token: str | None = None, gate_timeout_s: float = 30.0,
     job = ctx.get_job_id()
     token = token or secrets.token_urlsafe(24)
     # Pinned to the driver's node: 127.0.0.1 there is this machine, and export reads the spill.
-    # No task events: the driver's gate syncs with the hub 4 times a second for the whole run;
-    # as tasks those calls would crowd the user's own out of the GCS's bounded task store (which
-    # `rldbg breakpoints` reads to name a paused worker's task) and fill the dashboard's list.
-    cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=16, enable_task_events=False)(ControlHub)
+    cls = own_actor_class(ray, ControlHub, max_concurrency=16)
     try:
         hub = cls.options(name=hub_name(job), namespace=NAMESPACE, lifetime=None,
                           scheduling_strategy=NodeAffinitySchedulingStrategy(ctx.get_node_id(), soft=False),

@@ -76,10 +76,8 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
 
 def _new_collector(ray, spill: str, config: dict, resume: bool):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    # enable_task_events=False: each traced process calls ingest once a second for the whole run;
-    # reporting those calls to the GCS cost every process a thread's work and filled the
-    # dashboard's task list (what `rldbg top` and users read) with tracing's own traffic.
-    actor_cls = ray.remote(num_cpus=0, max_restarts=0, enable_task_events=False)(Collector)
+    from rldbg.own_actors import own_actor_class
+    actor_cls = own_actor_class(ray, Collector)
     collector = actor_cls.options(
         name=collector_name(config["job_id"]), namespace=NAMESPACE, lifetime=None,
         scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
