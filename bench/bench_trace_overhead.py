@@ -142,10 +142,11 @@ def standing_cost(one_step, memory_hz: float, seconds: float, rounds: int, flush
     t_off = [sum(w.values()) for w in off]
     t_on = [sum(w.values()) for w in on]
     d = statistics.mean(t_on) - statistics.mean(t_off)
+    cores = len(os.sched_getaffinity(0))
     print(f"tracing's standing CPU, job idle, {rounds} x {seconds:g} s windows a side (memory sampling {memory_hz:g} Hz): "
           f"untraced {statistics.mean(t_off):.1f} ms/s (windows {', '.join(f'{x:.1f}' for x in t_off)}), "
           f"traced {statistics.mean(t_on):.1f} ms/s ({', '.join(f'{x:.1f}' for x in t_on)}): "
-          f"+{d:.1f} ms of CPU a second, {d / 20:.2f}% of 2 cores")
+          f"+{d:.1f} ms of CPU a second, {d / (10 * cores):.2f}% of this machine's {cores} cores")
     for n, (x, y) in sorted(per.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0])):
         if abs(y - x) >= 0.2:
             print(f"  {n:32s} {x:6.2f} -> {y:6.2f} ms/s ({y - x:+.2f})")
