@@ -45,6 +45,21 @@ def ray_cli_env(**extra) -> dict:
     return dict(env, **extra)
 
 
+def task_names_once_listed(name: str, timeout: float = 30) -> set:
+    """The names of the tasks the dashboard's state API lists, once `name` is among them (task
+    events reach the GCS about once a second), or whatever it lists after `timeout` seconds."""
+    import time
+
+    from ray.util.state import list_tasks
+    deadline, names = time.monotonic() + timeout, set()
+    while time.monotonic() < deadline:
+        names = {t.name for t in list_tasks(limit=10_000, raise_on_missing_output=False)}
+        if name in names:
+            break
+        time.sleep(0.5)
+    return names
+
+
 def stop_child(proc, timeout: float = 60) -> None:
     """End a helper process the tests hold by its stdin (cluster_host.py, drivers): close it and wait,
     killing it when it does not finish in `timeout` seconds."""

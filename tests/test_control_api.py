@@ -162,7 +162,7 @@ def test_the_hub_and_the_collector_add_no_tasks_to_the_dashboard(hub, tmp_path):
     collector each second, for the whole run: none of it may show as tasks (the GCS keeps a
     bounded number; `rldbg breakpoints` looks a paused worker's task up there)."""
     import ray
-    from ray.util.state import list_tasks
+    from conftest import task_names_once_listed
 
     @ray.remote(num_cpus=0)
     def user_task_probe():
@@ -171,12 +171,7 @@ def test_the_hub_and_the_collector_add_no_tasks_to_the_dashboard(hub, tmp_path):
     with rldbg.trace.tracing(str(tmp_path / "t.json"), memory_hz=10):
         ray.get(user_task_probe.remote())
         time.sleep(1.5)   # six gate syncs and a shipping round
-    deadline, names = time.monotonic() + 30, set()
-    while time.monotonic() < deadline:   # task events reach the GCS about once a second
-        names = {t.name for t in list_tasks(limit=10_000, raise_on_missing_output=False)}
-        if "user_task_probe" in names:
-            break
-        time.sleep(0.5)
+    names = task_names_once_listed("user_task_probe")
     assert "user_task_probe" in names, sorted(names)
     assert not [n for n in names if "ControlHub" in n or "Collector" in n or "rldbg" in n], sorted(names)
 

@@ -180,14 +180,8 @@ def test_tracing_leaves_no_tasks_of_its_own_in_the_dashboard(trace):
     """Every traced process calls the collector once a second for the whole run: those calls must
     not crowd the user's tasks out of the dashboard's task list (the GCS keeps a bounded number)
     or show there as work of the job. The user's own tasks are listed, tracing's are not."""
-    from ray.util.state import list_tasks
+    from conftest import task_names_once_listed
 
-    deadline = time.monotonic() + 30
-    names: set = set()
-    while time.monotonic() < deadline:   # task events reach the GCS about once a second
-        names = {t.name for t in list_tasks(limit=10_000, raise_on_missing_output=False)}
-        if "Worker.work" in names:
-            break
-        time.sleep(0.5)
+    names = task_names_once_listed("Worker.work")
     assert "Worker.work" in names, sorted(names)
     assert not [n for n in names if "Collector" in n or "collector" in n], sorted(names)
