@@ -45,19 +45,29 @@ def ray_cli_env(**extra) -> dict:
     return dict(env, **extra)
 
 
-def task_names_once_listed(name: str, timeout: float = 30) -> set:
-    """The names of the tasks the dashboard's state API lists, once `name` is among them (task
-    events reach the GCS about once a second), or whatever it lists after `timeout` seconds."""
+def task_listed(name: str, timeout: float = 30) -> bool:
+    """Whether the session cluster's dashboard lists a task named `name` within `timeout` s (task
+    events reach the GCS about once a second). Asked at the session's own dashboard by URL: another
+    test's cluster may run on this machine too."""
     import time
 
-    from ray.util.state import list_tasks
-    deadline, names = time.monotonic() + timeout, set()
+    from rldbg.dashboard import Dashboard
+    dash, deadline = Dashboard(DASHBOARD_URL), time.monotonic() + timeout
     while time.monotonic() < deadline:
-        names = {t.name for t in list_tasks(limit=10_000, raise_on_missing_output=False)}
-        if name in names:
-            break
+        if dash.tasks(filters=[("name", "=", name)], limit=10):
+            return True
         time.sleep(0.5)
-    return names
+    return False
+
+
+def tasks_of_actors(class_name: str) -> tuple[int, list]:
+    """(how many actors of `class_name` the session cluster has had, the names of the tasks any of
+    them has in the dashboard's task list), each actor's tasks asked by its id: however many
+    other tasks the session made, none of theirs can be missed."""
+    from rldbg.dashboard import Dashboard
+    dash = Dashboard(DASHBOARD_URL)
+    actors = dash.actors(filters=[("class_name", "=", class_name)])
+    return len(actors), [t.get("name") for a in actors for t in dash.tasks(filters=[("actor_id", "=", a["actor_id"])])]
 
 
 def stop_child(proc, timeout: float = 60) -> None:
