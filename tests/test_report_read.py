@@ -78,3 +78,86 @@ def test_counter_samples_become_per_rank_series_in_time_order():
     assert dict(t.ledger) == {("critic", 0, "params"): [(1500, 7)], ("critic", 0, "grads"): [(1500, 0)]}
     assert t.mem_series("actor", 1) == [(2000, 5)]   # device memory is preferred over RSS
     assert t.mem_series("actor", 0) == [(3000, 30)]
+
+
+# A trace as rldbg's exporter lays it out (one event per line), with what a reader taking it a
+# piece at a time could get wrong: a process named only after its counters and slices, a slice
+# whose role comes from its process, counters of every kind, malformed events, the loss records.
+PIECED = [
+    {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "actor"}},
+    {"ph": "C", "pid": 1, "name": "rldbg dropped events", "ts": "0.000", "args": {"total": 1}},   # not the last
+    {"ph": "i", "s": "g", "pid": 1, "tid": 1, "name": "rldbg trace start", "ts": "0.000",
+     "args": {"clock": {"aligned": True, "max_uncertainty_ns": 1000, "processes": {}}}},
+    *[e for n in range(40) for e in (
+        {"ph": "X", "pid": 2, "tid": 1 + n % 2, "cat": "call", "name": "update", "ts": f"{10 * n}.000",
+         "dur": "5.500", "args": {"role": "actor", "rank": n % 2, "step": n // 2, "method": "update", "flow": n // 2}},
+        {"ph": "X", "pid": 3, "tid": 1, "cat": "transition", "name": "offload", "ts": f"{10 * n + 1}.250",
+         "dur": "1.000", "args": {"rank": 0, "step": n // 2, "frees": ["params"], "mem_after": 100 + n}},
+        {"ph": "C", "pid": 3, "name": "rank 0 memory", "ts": f"{10 * n + 2}.000", "args": {"rss": 1000 - n}},
+        {"ph": "C", "pid": 3, "name": "rank 0 ledger", "ts": f"{10 * n + 2}.500", "args": {"params": n}},
+        {"ph": "C", "pid": 2, "name": f"rank {n % 2} memory", "ts": f"{10 * n + 3}.000",
+         "args": {"rss": n, "device_used": 2 * n}},
+        {"ph": "X", "pid": 2, "tid": 1, "cat": "user", "name": "forward", "ts": f"{10 * n}.100", "dur": "1"},
+        {"ph": "i", "s": "t", "pid": 2, "tid": 1, "name": "mark", "ts": f"{10 * n + 4}.000"},
+        {"ph": "X", "ts": "soon", "name": "malformed"})],
+    {"ph": "X", "pid": 1, "tid": 1, "cat": "step", "name": "step 0", "ts": "0.000", "dur": "400.000",
+     "args": {"role": "driver", "step": 0}},
+    {"ph": "M", "pid": 3, "name": "process_name", "args": {"name": "critic"}},   # after its events
+    {"ph": "i", "s": "t", "pid": 1, "tid": 1, "name": "rldbg trace losses", "ts": "400.000",
+     "args": {"total_lost": 3, "by_cause": {"buffer full": 3}}},
+    {"ph": "C", "pid": 1, "name": "rldbg dropped events", "ts": "0.000", "args": {"total": 3}},
+]
+
+
+def _lines(events) -> str:
+    return "[\n" + ",\n".join(json.dumps(e, separators=(",", ":")) for e in events) + "\n]\n"
+
+
+def _facts(t: Trace) -> dict:
+    return {"calls": t.calls, "transitions": t.transitions, "steps": t.steps, "mem": dict(t.mem),
+            "ledger": dict(t.ledger), "meta": t.meta, "instants": t.instants, "dropped": t.dropped_total,
+            "losses": t.loss_summary()}
+
+
+def _whole_read_refused(monkeypatch):
+    """The whole-file path made to fail, to show a read did not fall back to it."""
+    from rldbg.trace import load
+
+    def refuse(*a, **k):
+        raise AssertionError("read whole")
+    monkeypatch.setattr(load, "_load", refuse)
+
+
+@pytest.mark.parametrize("piece", [1, 150, 1 << 18])   # a piece per line, a few lines, all in one
+def test_a_trace_read_a_piece_at_a_time_is_the_trace_read_whole(tmp_path, monkeypatch, piece):
+    from rldbg.trace import load
+    from rldbg.trace.report import read_trace
+    path = tmp_path / "t.json"
+    path.write_text(_lines(PIECED))
+    whole = Trace(PIECED)   # all events in one piece: every process named before any sample is placed
+    assert whole.mem[("critic", 0, "rss")] and whole.transitions[0]["role"] == "critic"
+    monkeypatch.setattr(load, "_PIECE", piece)
+    _whole_read_refused(monkeypatch)
+    t = read_trace(str(path))
+    assert _facts(t) == _facts(whole)
+    assert t.notes == ["40 malformed event(s) skipped (missing or bad ph/ts/dur/args)"]
+    assert [e["name"] for e in t.instants] == ["rldbg trace start", "rldbg trace losses"]   # not the marks
+    assert t.dropped_total == 3 and t.loss_summary()["total_lost"] == 3
+
+
+def test_a_trace_not_one_event_per_line_is_read_whole_the_same(tmp_path, monkeypatch):
+    """Pretty-printed: a piece cut inside an event does not parse, and the whole file is read instead."""
+    from rldbg.trace import load
+    from rldbg.trace.report import read_trace
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(PIECED, indent=1))
+    monkeypatch.setattr(load, "_PIECE", 150)
+    t = read_trace(str(path))
+    assert _facts(t) == _facts(Trace(PIECED))
+    assert t.notes == ["40 malformed event(s) skipped (missing or bad ph/ts/dur/args)"]
+    # and the object form, and a file cut short, the same way as load_trace() reads them
+    path.write_text(json.dumps({"traceEvents": PIECED}))
+    assert _facts(read_trace(str(path))) == _facts(Trace(PIECED))
+    path.write_text(_lines(PIECED)[:-40])
+    t = read_trace(str(path))
+    assert t.notes == load_trace(str(path))[1] and t.notes[0].startswith("truncated")

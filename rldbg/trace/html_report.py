@@ -176,8 +176,9 @@ th{background:#f4f4f4} .alarm td{background:#fde8e8} .none{color:#2a7;font-weigh
 """
 
 
-def render_html(path: str) -> str:
-    r, t = analyse_trace(path)   # the charts come from the analysis's own Trace
+def render_html(path: str, analysed: tuple | None = None) -> str:
+    """The page for the trace at `path`; `analysed`: analyse_trace(path)'s result when at hand."""
+    r, t = analysed or analyse_trace(path)   # the charts come from the analysis's own Trace
     figs = charts(t, r)
     tm, ctl = r["time"], r["controller"]
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>rldbg report</title>"
@@ -217,9 +218,9 @@ def render_html(path: str) -> str:
     return "\n".join(parts)
 
 
-def write_html(path: str, out: str) -> int:
+def write_html(path: str, out: str, analysed: tuple | None = None) -> int:
     """Writes the page; returns the number of charts drawn."""
-    page = render_html(path)
+    page = render_html(path, analysed)
     with open(out, "w", encoding="utf-8") as f:
         f.write(page)
     return page.count("<svg")

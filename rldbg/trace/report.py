@@ -14,7 +14,7 @@ from collections import defaultdict
 from rldbg import sentinel
 from rldbg.memory.leaks import describe, leak_suspicions, observe
 from rldbg.trace.events import moves
-from rldbg.trace.load import TraceFileError, load_phases, no_gc, phases, ts_ns
+from rldbg.trace.load import TraceFileError, no_gc, phases, read_by_phase, ts_ns
 
 STRAGGLER_RATIO = 1.5
 # A straggler is named only with evidence: at least this many calls (a one-off init_model that
@@ -58,21 +58,65 @@ class Cover:
 
 
 def _names(meta: list) -> dict:
-    return {e["pid"]: e["args"]["name"] for e in meta
-            if e.get("ph") == "M" and e.get("name") == "process_name" and "args" in e}
+    return {e["pid"]: e["args"].get("name") for e in meta
+            if e.get("ph") == "M" and e.get("name") == "process_name" and e.get("args") and "pid" in e}
+
+
+# The instants an analysis reads (the rest, user marks among them, are not kept).
+_TRACE_START, _LOSSES = "rldbg trace start", "rldbg trace losses"
+_KEPT_INSTANTS = frozenset((_TRACE_START, _LOSSES, sentinel.EVENT))
+_DROPPED = "rldbg dropped events"   # the exporter's counter of events dropped before shipping
+
+
+def _ns(v) -> int:
+    """A Chrome µs time as ns; rldbg's own "123.456" is read as its digits (exact, and 3x
+    faster than ts_ns()), anything else by ts_ns()."""
+    if type(v) is str and v[-4:-3] == ".":
+        try:
+            return int(v.replace(".", "", 1))
+        except ValueError:   # "1.5e3": a float's text with its point in that place
+            pass
+    return ts_ns(v)
 
 
 class Trace:
-    """The parts of a trace the analysis needs, keyed by role and rank."""
+    """The parts of a trace the analysis needs, keyed by role and rank. Built from all the
+    events at once (Trace(events) or Trace((), by_phase)), or a piece at a time: Trace.empty(),
+    add() each piece's events by phase, then finish() (rldbg.trace.load.read_by_phase)."""
 
     def __init__(self, events: list[dict], by_ph: dict | None = None):
-        """From loaded events, or their split by phase (rldbg.trace.load.load_phases) when at hand."""
-        by_ph = by_ph if by_ph is not None else phases(events)[0]
-        names = _names(by_ph.get("M", ()))
+        """From loaded events, or their split by phase (rldbg.trace.load.phases) when at hand."""
+        self._begin()
+        self.add(by_ph if by_ph is not None else phases(events)[0])
+        self.finish()
+        self.check()
+
+    @classmethod
+    def empty(cls) -> "Trace":
+        t = cls.__new__(cls)
+        t._begin()
+        return t
+
+    def _begin(self) -> None:
         self.calls, self.transitions, self.driver_calls, self.steps = [], [], [], []
         self.mem: dict = defaultdict(list)       # (role, rank, series) -> [(ts, value)]
         self.ledger: dict = defaultdict(list)    # (role, rank, category) -> [(ts, value)]
-        counters: dict = {}
+        self.meta: list = []                     # the "M" events: process and rank names
+        self.instants: list = []                 # the instants in _KEPT_INSTANTS, in order
+        self.dropped_total = 0                   # the last _DROPPED counter's total
+        self.names: dict = {}                    # pid -> role, from the process_name metadata
+        self._tracks: dict = {}   # (pid, counter name) -> where its samples go, found once per track
+        self._unnamed: list = []  # (slice, pid) of slices without a role whose pid had no name yet
+
+    def add(self, by_ph: dict) -> None:
+        """One piece of the trace's valid events by phase (rldbg.trace.load.phases)."""
+        meta = by_ph.get("M")
+        if meta:
+            self.meta += meta
+            self.names.update(_names(meta))
+        names, kept = self.names, _KEPT_INSTANTS
+        for ph in ("i", "I"):
+            self.instants += [e for e in by_ph.get(ph, ()) if type(n := e.get("name")) is str and n in kept]
         lists = {"call": self.calls, "transition": self.transitions, "driver_call": self.driver_calls,
                  "step": self.steps}
         for e in by_ph.get("X", ()):
@@ -84,36 +128,97 @@ class Trace:
             if cat == "driver_call" and "mode" not in a:
                 continue   # the dispatch/send/wait/recv parts of a driver call
             t, d = e["ts"], e.get("dur", 0)
-            # rldbg's own "123.456" µs: the digits are the ns (ts_ns() for anything else)
-            t = int(t.replace(".", "")) if type(t) is str and t[-4:-3] == "." else ts_ns(t)
-            d = int(d.replace(".", "")) if type(d) is str and d[-4:-3] == "." else ts_ns(d)
+            # rldbg's own "123.456" µs: the digits are the ns (_ns() for anything else), inline:
+            # this runs for every call of a run
+            try:
+                t = int(t.replace(".", "")) if type(t) is str and t[-4:-3] == "." else _ns(t)
+                d = int(d.replace(".", "")) if type(d) is str and d[-4:-3] == "." else _ns(d)
+            except ValueError:   # "1.5e3"
+                t, d = _ns(e["ts"]), _ns(e.get("dur", 0))
+            if "role" in a:
+                role = a["role"]
+            else:
+                role = names.get(e.get("pid"))
+                if role is None and e.get("pid") not in names:
+                    self._unnamed.append((len(into), into, e.get("pid")))
             into.append({"name": e.get("name"), "ts": t, "dur": d, "end": t + d,
-                         "role": a.get("role", names.get(e.get("pid"))), "rank": a.get("rank", 0),
+                         "role": role, "rank": a.get("rank", 0),
                          "step": a.get("step"), "method": a.get("method"), "flow": a.get("flow"), "args": a})
+        tracks = self._tracks
         for e in by_ph.get("C", ()):
             name, pid = e.get("name", ""), e.get("pid")
             track = (pid, name if type(name) is str else str(name))
-            where = counters.get(track)
-            if where is None:   # a counter track is read once (role, rank, kind), not per sample
-                m, role = _RANK_COUNTER.match(track[1]), names.get(pid)
-                where = counters[track] = False if not m or role is None else (
-                    role, int(m.group(1)), self.mem if m.group(2) == "memory" else self.ledger, {})
+            where = tracks.get(track)
+            if where is None:
+                where = tracks[track] = self._track(track)
             if where is False:
                 continue
             args = e.get("args")
-            if args:
-                t, lists = ts_ns(e["ts"]), where[3]
-                for series, v in args.items():
-                    got = lists.get(series)   # the track's list of each of its series, found once
-                    if got is None:
-                        got = lists[series] = where[2][(where[0], where[1], series)]
-                    got.append((t, v))
+            if not args:
+                continue
+            t = e["ts"]
+            try:
+                t = int(t.replace(".", "")) if type(t) is str and t[-4:-3] == "." else _ns(t)
+            except ValueError:
+                t = _ns(t)
+            if type(where) is list:   # its pid not named yet, or the exporter's drop counter
+                where.append((t, args))
+                continue
+            series_of = where[3]
+            for series, v in args.items():
+                got = series_of.get(series)   # the track's list of each of its series, found once
+                if got is None:
+                    got = series_of[series] = where[2][(where[0], where[1], series)]
+                got.append((t, v))
+
+    def _track(self, track: tuple):
+        """Where a counter track's samples go: (role, rank, self.mem or self.ledger, {series: list})
+        for a rank's memory or ledger; a list to hold them until finish() for one whose process
+        is not named yet, and for the drop counter; False for any other counter."""
+        if track[1] == _DROPPED:
+            return []
+        m = _RANK_COUNTER.match(track[1])
+        if not m:
+            return False
+        role = self.names.get(track[0])
+        if role is None:
+            return []
+        return role, int(m.group(1)), self.mem if m.group(2) == "memory" else self.ledger, {}
+
+    def finish(self) -> "Trace":
+        """After the last add(): what waited for names, sorted series, and the check that the
+        trace is rldbg's."""
+        names = self.names
+        for i, into, pid in self._unnamed:
+            into[i]["role"] = names.get(pid)
+        self._unnamed = []
+        for track, where in list(self._tracks.items()):
+            if type(where) is not list:
+                continue
+            if track[1] == _DROPPED:
+                if where:
+                    self.dropped_total = (where[-1][1] or {}).get("total") or 0
+                continue
+            self._tracks[track] = None
+            resolved = self._track(track)
+            if type(resolved) is tuple:
+                for t, args in where:
+                    for series, v in args.items():
+                        resolved[2][(resolved[0], resolved[1], series)].append((t, v))
         for d in (self.mem, self.ledger):
             for v in d.values():
                 v.sort()
+        return self
+
+    def check(self) -> None:
+        """TraceFileError unless the trace holds what the analysis is about."""
         if not (self.calls or self.driver_calls or self.transitions):
             raise TraceFileError("no rldbg events in this trace (no worker-call, driver-call or transition "
                                  "slices); was it written by `rldbg export` / rldbg.trace.stop()?")
+
+    def loss_summary(self) -> dict | None:
+        """The args of the trace's last "rldbg trace losses" record (rldbg.trace.collector), or None."""
+        return next(((e.get("args") or {}) for e in reversed(self.instants) if e.get("name") == _LOSSES), None)
 
     def mem_series(self, role, rank) -> list:
         for series in ("device_used", "cuda_allocated", "rss"):
@@ -257,20 +362,34 @@ def clock(events: list[dict]) -> dict | None:
     return None
 
 
+def read_trace(path: str) -> Trace:
+    """The Trace of a trace file, read a piece at a time (rldbg.trace.load.read_by_phase); its
+    damage notes (load_trace()'s) in .notes. TraceFileError if the file is not a trace."""
+    t, notes = read_by_phase(path, Trace.empty)
+    t.finish()
+    t.path, t.notes = path, notes
+    return t
+
+
 def analyse(path: str) -> dict:
     return analyse_trace(path)[0]
 
 
 def analyse_trace(path: str) -> tuple[dict, Trace]:
     """The analysis and the Trace it read (the HTML report draws its charts from the same one
-    instead of building it again: about 1.5 s on a million events). The analyses only read it."""
+    instead of reading the file again)."""
+    t = read_trace(path)
+    return analysis(t), t
+
+
+def analysis(t: Trace) -> dict:
+    """What a read trace says (TraceFileError if it holds no rldbg slices). The analyses only
+    read the Trace."""
+    t.check()
     with no_gc():
-        by_ph = load_phases(path)
-        t = Trace((), by_ph)
-        instants = by_ph.get("i", []) + by_ph.get("I", [])
-        return {"trace": path, "ranks": ranks(by_ph.get("M", [])), "clock": clock(instants), "time": role_shares(t),
+        return {"trace": t.path, "ranks": ranks(t.meta), "clock": clock(t.instants), "time": role_shares(t),
                 **stragglers(t), "controller": controller_idle(t), "memory_peaks": memory_peaks(t),
-                "leaks": leaks(t), "nonfinite": sentinel.alarms(instants)}, t
+                "leaks": leaks(t), "nonfinite": sentinel.alarms(t.instants)}
 
 
 def _mib(b) -> str:
