@@ -121,7 +121,7 @@ def _facts(t: Trace) -> dict:
 
 def _whole_read_refused(monkeypatch):
     """The whole-file path made to fail, to show a read did not fall back to it."""
-    from rldbg.trace import load
+    from rldbg.trace import load_pieces as load
 
     def refuse(*a, **k):
         raise AssertionError("read whole")
@@ -130,7 +130,7 @@ def _whole_read_refused(monkeypatch):
 
 @pytest.mark.parametrize("piece", [1, 150, 1 << 18])   # a piece per line, a few lines, all in one
 def test_a_trace_read_a_piece_at_a_time_is_the_trace_read_whole(tmp_path, monkeypatch, piece):
-    from rldbg.trace import load
+    from rldbg.trace import load_pieces as load
     from rldbg.trace.report import read_trace
     path = tmp_path / "t.json"
     path.write_text(_lines(PIECED))
@@ -147,7 +147,7 @@ def test_a_trace_read_a_piece_at_a_time_is_the_trace_read_whole(tmp_path, monkey
 
 def test_a_trace_not_one_event_per_line_is_read_whole_the_same(tmp_path, monkeypatch):
     """Pretty-printed: a piece cut inside an event does not parse, and the whole file is read instead."""
-    from rldbg.trace import load
+    from rldbg.trace import load_pieces as load
     from rldbg.trace.report import read_trace
     path = tmp_path / "t.json"
     path.write_text(json.dumps(PIECED, indent=1))
@@ -161,3 +161,109 @@ def test_a_trace_not_one_event_per_line_is_read_whole_the_same(tmp_path, monkeyp
     path.write_text(_lines(PIECED)[:-40])
     t = read_trace(str(path))
     assert t.notes == load_trace(str(path))[1] and t.notes[0].startswith("truncated")
+
+
+def _side_by_side(monkeypatch):
+    """Reads in two processes from here on however small the trace; returns the forks counted."""
+    import os as _os
+
+    from rldbg.trace import load_pieces
+    monkeypatch.setattr(load_pieces, "_PIECE", 100)
+    monkeypatch.setattr(load_pieces, "_SIDE_BY_SIDE", 0)
+    forks, fork = [], _os.fork
+
+    def counted():
+        pid = fork()
+        if pid:
+            forks.append(pid)
+        return pid
+    monkeypatch.setattr(load_pieces.os, "fork", counted)
+    return forks
+
+
+def test_the_second_half_read_by_a_forked_process_adds_up_to_the_whole(tmp_path, monkeypatch):
+    from rldbg.trace.report import read_trace
+    path = tmp_path / "t.json"
+    path.write_text(_lines(PIECED))
+    forks = _side_by_side(monkeypatch)
+    _whole_read_refused(monkeypatch)
+    t = read_trace(str(path), jobs=2)
+    assert len(forks) == 1
+    assert _facts(t) == _facts(Trace(PIECED))
+    assert t.notes == ["40 malformed event(s) skipped (missing or bad ph/ts/dur/args)"]   # both halves' counted
+
+
+def test_a_helper_that_dies_leaves_its_half_to_the_reader(tmp_path, monkeypatch):
+    import pickle
+
+    from rldbg.trace import load_pieces
+    from rldbg.trace.report import read_trace
+    path = tmp_path / "t.json"
+    path.write_text(_lines(PIECED))
+    forks = _side_by_side(monkeypatch)
+    _whole_read_refused(monkeypatch)
+
+    class Dying:   # the helper's pickling fails: it exits without sending anything
+        loads = staticmethod(pickle.loads)
+        HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+        @staticmethod
+        def dumps(*a, **k):
+            raise MemoryError
+    monkeypatch.setattr(load_pieces, "pickle", Dying)
+    t = read_trace(str(path), jobs=2)
+    assert len(forks) == 1 and _facts(t) == _facts(Trace(PIECED))
+
+
+def test_a_second_half_not_in_lines_sends_the_whole_file_to_the_tolerant_reader(tmp_path, monkeypatch):
+    from rldbg.trace.report import read_trace
+    text = _lines(PIECED)
+    cut = len(text) * 3 // 4
+    cut = text.index("\n", cut)
+    path = tmp_path / "t.json"   # the last quarter pretty-printed: a piece there does not parse
+    path.write_text(text[:cut] + "\n" + json.dumps(json.loads("[" + text[cut + 1:].rstrip()[:-1].rstrip().rstrip(",") + "]"),
+                                                   indent=1)[1:-1] + "\n]\n")
+    forks = _side_by_side(monkeypatch)
+    t = read_trace(str(path), jobs=2)
+    assert len(forks) == 1 and _facts(t) == _facts(Trace(PIECED))
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def test_ctrl_c_while_reading_side_by_side_leaves_no_process_behind(tmp_path):
+    """`rldbg report` on a big trace with two cores: its helper is forked; a SIGINT to the
+    report ends both, and the report exits 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: the report reads in one process")
+    path = tmp_path / "big.json"
+    body = _lines(PIECED)[2:-3]   # the events' lines, without the brackets
+    with open(path, "w") as f:
+        f.write("[\n" + ",\n".join([body] * 4000) + "\n]\n")   # ~60 MB: over a second of reading
+    p = subprocess.Popen([sys.executable, "-m", "rldbg", "report", str(path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, helper = time.monotonic() + 30, []
+        while not helper and p.poll() is None and time.monotonic() < deadline:
+            helper = _children(p.pid)
+            time.sleep(0.01)
+        assert helper, f"no helper was forked (rc {p.poll()})"
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 130, (p.returncode, err[-500:])
+        # Gone when the report is, not some time later: the report ended it and waited for it.
+        assert not os.path.exists(f"/proc/{helper[0]}"), "the helper outlived the report"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

@@ -7,6 +7,7 @@ Losses the trace itself records (events dropped or never sent) are stated on the
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 HELP = "summarise a trace: time per role, stragglers, idle time, memory"
@@ -44,7 +45,7 @@ def run(args) -> int:
     from rldbg.trace.load import TraceFileError
     from rldbg.trace.report import analysis, read_trace, render
     try:
-        t = read_trace(args.trace)
+        t = read_trace(args.trace, jobs=min(len(os.sched_getaffinity(0)), 2))   # no threads here: may fork
     except TraceFileError as e:
         print(f"rldbg report: {e}", file=sys.stderr)
         return 2

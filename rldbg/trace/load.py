@@ -6,7 +6,7 @@ JSON array cut short keeps the complete events before the cut (as Perfetto does)
 region is skipped up to the next event line, invalid UTF-8 is replaced, and an event missing or
 mangling a field the analysis needs (ph, ts, dur) is skipped and counted. load_trace() returns the
 events with one note per kind of damage; load_events() is the same without the notes.
-read_by_phase() hands them over a piece at a time, split by phase, for `rldbg report`.
+rldbg.trace.load_pieces hands them over a piece at a time, split by phase, for `rldbg report`.
 """
 from __future__ import annotations
 
@@ -206,68 +206,6 @@ def _load(path: str, raw: bytes | None = None, notes: list | None = None) -> tup
         raise TraceFileError(f"{path!r} holds no trace events (empty or cut before the first event)"
                              + (f"; {notes[0]}" if notes else ""))
     return good, notes, by_ph
-
-
-_PIECE = 1 << 18   # bytes of JSON text per piece (read_by_phase)
-
-
-class _NotInLines(Exception):
-    """A piece of the text did not parse on its own: read the whole trace the tolerant way."""
-
-
-def _pieces(raw: bytes):
-    """The events of a JSON array written one event per line (rldbg's exporter writes that),
-    parsed a piece of about _PIECE bytes at a time, cut only at line ends. A cut inside an event
-    or between the brackets of any nesting leaves a piece that is not JSON, so a piece parses
-    only when each of its cuts lies between two events: otherwise _NotInLines."""
-    begin, end = raw.find(b"[") + 1, raw.rfind(b"]")
-    if begin == 0 or end < begin or raw[:begin - 1].strip() or raw[end + 1:].strip():
-        raise _NotInLines
-    loads, pos = orjson.loads, begin
-    while pos < end:
-        cut = raw.find(b"\n", pos + _PIECE, end)
-        cut = end if cut < 0 else cut
-        piece = raw[pos:cut].rstrip()
-        pos = cut + 1
-        if piece.endswith(b","):
-            piece = piece[:-1]   # the comma before the next piece's first event
-        if not piece.strip():
-            continue
-        try:
-            got = loads(b"[" + piece + b"]")
-        except orjson.JSONDecodeError:
-            raise _NotInLines from None
-        yield got
-
-
-def read_by_phase(path: str, new) -> tuple:
-    """(sink, damage notes): `new()` makes a sink, whose add() is handed the trace's valid events
-    by phase ({ph: [events]}, as phases() splits them) and keeps what it needs; the notes are
-    load_trace()'s. An intact trace in rldbg's own layout is handed over a piece at a time and
-    each piece's events are dropped once the sink has taken its part: in a fifth of the memory,
-    and 2.5x as fast to parse, since a freed piece's memory is reused while it is in the cache
-    where one parse of the whole file faulted in 1.4 GB page by page (a million events).
-    Anything else (damage of any kind, NaN, the object form, a file on one line) is read whole
-    by load_trace()'s tolerant path and handed over in one piece; so is a trace whose piece
-    fails to parse part way, to a new sink."""
-    notes: list = []
-    with no_gc():
-        raw = _read_bytes(path, notes)
-        if orjson is not None and not notes and raw[:64].lstrip()[:1] == b"[":
-            sink, bad = new(), 0
-            try:
-                for got in _pieces(raw):
-                    by_ph, n = phases(got)
-                    bad += n
-                    sink.add(by_ph)
-                return sink, [_malformed(bad)] if bad else []
-            except _NotInLines:
-                pass
-        _, notes, by_ph = _load(path, raw, notes)
-        del raw
-        sink = new()
-        sink.add(by_ph)
-        return sink, notes
 
 
 def load_events(path: str) -> list[dict]:

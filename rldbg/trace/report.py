@@ -14,7 +14,8 @@ from collections import defaultdict
 from rldbg import sentinel
 from rldbg.memory.leaks import describe, leak_suspicions, observe
 from rldbg.trace.events import moves
-from rldbg.trace.load import TraceFileError, no_gc, phases, read_by_phase, ts_ns
+from rldbg.trace.load import TraceFileError, no_gc, phases, ts_ns
+from rldbg.trace.load_pieces import read_by_phase
 
 STRAGGLER_RATIO = 1.5
 # A straggler is named only with evidence: at least this many calls (a one-off init_model that
@@ -82,7 +83,8 @@ def _ns(v) -> int:
 class Trace:
     """The parts of a trace the analysis needs, keyed by role and rank. Built from all the
     events at once (Trace(events) or Trace((), by_phase)), or a piece at a time: Trace.empty(),
-    add() each piece's events by phase, then finish() (rldbg.trace.load.read_by_phase)."""
+    add() each piece's events by phase, then finish() (rldbg.trace.load_pieces); pieces read in
+    another process go to a spawn() and come back by merge()."""
 
     def __init__(self, events: list[dict], by_ph: dict | None = None):
         """From loaded events, or their split by phase (rldbg.trace.load.phases) when at hand."""
@@ -184,6 +186,43 @@ class Trace:
         if role is None:
             return []
         return role, int(m.group(1)), self.mem if m.group(2) == "memory" else self.ledger, {}
+
+    def spawn(self) -> "Trace":
+        """An empty Trace for the pieces after this one's, knowing the processes named so far
+        (rldbg.trace.load_pieces reads them in another process)."""
+        t = Trace.empty()
+        t.names = dict(self.names)
+        return t
+
+    def merge(self, later: "Trace") -> None:
+        """Appends what `later` (this one's spawn(), fed the pieces after those fed here) took;
+        before finish()."""
+        pairs = ((self.calls, later.calls), (self.transitions, later.transitions),
+                 (self.driver_calls, later.driver_calls), (self.steps, later.steps))
+        mine = {id(b): (a, len(a)) for a, b in pairs}
+        for i, into, pid in later._unnamed:
+            a, n = mine[id(into)]
+            self._unnamed.append((n + i, a, pid))
+        for a, b in pairs:
+            a += b
+        for d, o in ((self.mem, later.mem), (self.ledger, later.ledger)):
+            for k, v in o.items():
+                d[k] += v   # finish() sorts
+        self.meta += later.meta
+        self.names.update(later.names)
+        self.instants += later.instants
+        for track, held in later._tracks.items():
+            if type(held) is not list:   # its samples are in later.mem / later.ledger, merged above
+                continue
+            where = self._tracks.get(track)
+            if where is None:
+                self._tracks[track] = held
+            elif type(where) is list:
+                where += held
+            elif where is not False:   # named here after the other process started: placed now
+                for t, args in held:
+                    for series, v in args.items():
+                        where[2][(where[0], where[1], series)].append((t, v))
 
     def finish(self) -> "Trace":
         """After the last add(): what waited for names, sorted series, and the check that the
@@ -294,21 +333,34 @@ def controller_idle(t: Trace) -> dict:
 
 def memory_peaks(t: Trace) -> list:
     peaks, by_rank = {}, {}
+    left, right = bisect.bisect_left, bisect.bisect_right
     for s in t.calls + t.transitions:
-        rr = (s["role"], s["rank"])
-        if rr not in by_rank:   # once per rank, not per call: a long run has 100k calls per rank
-            series = t.mem_series(*rr)
-            by_rank[rr] = (series, [p[0] for p in series])
-        series, ts = by_rank[rr]
-        vals = [v for _, v in series[bisect.bisect_left(ts, s["ts"]):bisect.bisect_right(ts, s["end"])]]
-        vals += [v for v in (s["args"].get("mem_before"), s["args"].get("mem_after")) if v is not None]
-        if not vals:
-            continue
-        key = (s["role"], s["name"])
-        peak = max(vals)
-        if key not in peaks or peak > peaks[key]["peak_bytes"]:
-            peaks[key] = {"role": s["role"], "phase": s["name"], "rank": s["rank"], "peak_bytes": peak,
-                          "step": s["step"]}
+        role, rank, a = s["role"], s["rank"], s["args"]
+        got = by_rank.get((role, rank))
+        if got is None:   # once per rank, not per call: a long run has 100k calls per rank
+            series = t.mem_series(role, rank)
+            got = by_rank[(role, rank)] = ([p[0] for p in series], [p[1] for p in series])
+        ts, vs = got
+        # The peak: of the samples inside the slice (max() over a slice of the values, at C
+        # speed) and of the slice's own readings before and after; the first of equals, as max().
+        i, j = left(ts, s["ts"]), right(ts, s["end"])
+        mb, ma = a.get("mem_before"), a.get("mem_after")
+        if i < j:
+            peak = max(vs[i:j])
+            if mb is not None and mb > peak:
+                peak = mb
+            if ma is not None and ma > peak:
+                peak = ma
+        elif mb is None:
+            if ma is None:
+                continue
+            peak = ma
+        else:
+            peak = mb if ma is None or mb >= ma else ma
+        key = (role, s["name"])
+        best = peaks.get(key)
+        if best is None or peak > best["peak_bytes"]:
+            peaks[key] = {"role": role, "phase": s["name"], "rank": rank, "peak_bytes": peak, "step": s["step"]}
     return sorted(peaks.values(), key=lambda p: (p["role"], -p["peak_bytes"]))
 
 
@@ -362,10 +414,11 @@ def clock(events: list[dict]) -> dict | None:
     return None
 
 
-def read_trace(path: str) -> Trace:
-    """The Trace of a trace file, read a piece at a time (rldbg.trace.load.read_by_phase); its
-    damage notes (load_trace()'s) in .notes. TraceFileError if the file is not a trace."""
-    t, notes = read_by_phase(path, Trace.empty)
+def read_trace(path: str, jobs: int = 1) -> Trace:
+    """The Trace of a trace file, read a piece at a time, by `jobs` processes (see
+    rldbg.trace.load_pieces: only a process without threads may pass more than 1); its damage
+    notes (rldbg.trace.load.load_trace()'s) in .notes. TraceFileError if the file is not a trace."""
+    t, notes = read_by_phase(path, Trace.empty, jobs)
     t.finish()
     t.path, t.notes = path, notes
     return t
