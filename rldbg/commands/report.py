@@ -39,13 +39,20 @@ def recorded_losses(t) -> str | None:
     return f"the trace records {total} events dropped" if total else None
 
 
+def _jobs() -> int:
+    """Processes to read a big trace with: two where two cores are free and the OS forks (this
+    process runs no threads, so its forked helper is safe; rldbg.trace.load_pieces)."""
+    from rldbg.environ import usable_cores
+    return min(usable_cores(), 2) if hasattr(os, "fork") else 1
+
+
 def run(args) -> int:
     import gc
     gc.disable()   # a short-lived process holding a million acyclic dicts: GC passes would only walk them
     from rldbg.trace.load import TraceFileError
     from rldbg.trace.report import analysis, read_trace, render
     try:
-        t = read_trace(args.trace, jobs=min(len(os.sched_getaffinity(0)), 2))   # no threads here: may fork
+        t = read_trace(args.trace, jobs=_jobs())
     except TraceFileError as e:
         print(f"rldbg report: {e}", file=sys.stderr)
         return 2

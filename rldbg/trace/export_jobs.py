@@ -49,11 +49,8 @@ def choose(spill_dir: str, jobs: int | None) -> int:
         return 1   # the single-process path says what is wrong with it
     if size < MIN_BYTES:
         return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:   # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_JOBS, size // (MIN_BYTES // 2)))
+    from rldbg.environ import usable_cores
+    return max(1, min(usable_cores(), MAX_JOBS, size // (MIN_BYTES // 2)))
 
 
 def export(ex, spill_dir: str, out_path: str, extra, align: bool, damage: list | None, jobs: int) -> dict | None:
