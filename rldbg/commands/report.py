@@ -39,7 +39,7 @@ def recorded_losses(t) -> str | None:
     return f"the trace records {total} events dropped" if total else None
 
 
-def _jobs() -> int:
+def reading_jobs() -> int:
     """Processes to read a big trace with: two where two cores are free and the OS forks (this
     process runs no threads, so its forked helper is safe; rldbg.trace.load_pieces)."""
     from rldbg.environ import usable_cores
@@ -52,7 +52,7 @@ def run(args) -> int:
     from rldbg.trace.load import TraceFileError
     from rldbg.trace.report import analysis, read_trace, render
     try:
-        t = read_trace(args.trace, jobs=_jobs())
+        t = read_trace(args.trace, jobs=reading_jobs())
     except TraceFileError as e:
         print(f"rldbg report: {e}", file=sys.stderr)
         return 2

@@ -108,7 +108,7 @@ class Trace:
         self.dropped_total = 0                   # the last _DROPPED counter's total
         self.names: dict = {}                    # pid -> role, from the process_name metadata
         self._tracks: dict = {}   # (pid, counter name) -> where its samples go, found once per track
-        self._unnamed: list = []  # (slice, pid) of slices without a role whose pid had no name yet
+        self._unnamed: list = []  # (index, list, pid): slices without a role whose pid had no name yet
 
     def add(self, by_ph: dict) -> None:
         """One piece of the trace's valid events by phase (rldbg.trace.load.phases)."""
@@ -225,8 +225,8 @@ class Trace:
                         where[2][(where[0], where[1], series)].append((t, v))
 
     def finish(self) -> "Trace":
-        """After the last add(): what waited for names, sorted series, and the check that the
-        trace is rldbg's."""
+        """After the last add(): the roles and counter samples that waited for a process's name,
+        and the series sorted by time."""
         names = self.names
         for i, into, pid in self._unnamed:
             into[i]["role"] = names.get(pid)
