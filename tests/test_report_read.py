@@ -177,7 +177,7 @@ def _side_by_side(monkeypatch):
         if pid:
             forks.append(pid)
         return pid
-    monkeypatch.setattr(load_pieces.os, "fork", counted)
+    monkeypatch.setattr(_os, "fork", counted)
     return forks
 
 
@@ -193,24 +193,30 @@ def test_the_second_half_read_by_a_forked_process_adds_up_to_the_whole(tmp_path,
     assert t.notes == ["40 malformed event(s) skipped (missing or bad ph/ts/dur/args)"]   # both halves' counted
 
 
-def test_a_helper_that_dies_leaves_its_half_to_the_reader(tmp_path, monkeypatch):
+def _helper_dies(monkeypatch):
+    """A forked helper's pickling fails from here on: it exits without answering."""
     import pickle
 
-    from rldbg.trace import load_pieces
-    from rldbg.trace.report import read_trace
-    path = tmp_path / "t.json"
-    path.write_text(_lines(PIECED))
-    forks = _side_by_side(monkeypatch)
-    _whole_read_refused(monkeypatch)
+    from rldbg.trace import forked
 
-    class Dying:   # the helper's pickling fails: it exits without sending anything
+    class Dying:
         loads = staticmethod(pickle.loads)
         HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
         @staticmethod
         def dumps(*a, **k):
             raise MemoryError
-    monkeypatch.setattr(load_pieces, "pickle", Dying)
+    monkeypatch.setattr(forked, "pickle", Dying)
+
+
+def test_a_helper_that_dies_leaves_its_half_to_the_reader(tmp_path, monkeypatch):
+    from rldbg.trace.report import read_trace
+    path = tmp_path / "t.json"
+    path.write_text(_lines(PIECED))
+    forks = _side_by_side(monkeypatch)
+    _whole_read_refused(monkeypatch)
+
+    _helper_dies(monkeypatch)
     t = read_trace(str(path), jobs=2)
     assert len(forks) == 1 and _facts(t) == _facts(Trace(PIECED))
 
@@ -267,3 +273,35 @@ def test_ctrl_c_while_reading_side_by_side_leaves_no_process_behind(tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_the_memory_peaks_worked_out_by_a_forked_helper_are_the_same(monkeypatch):
+    from rldbg.trace import report
+    t = Trace(PIECED)
+    t.path = "t.json"
+    alone = report.analysis(t)
+    assert alone["memory_peaks"]   # there is something to work out
+    forks = _side_by_side(monkeypatch)
+    monkeypatch.setattr(report, "PEAKS_APART", 0)
+    assert report.analysis(t, jobs=2) == alone and len(forks) == 1
+
+    _helper_dies(monkeypatch)   # the peaks are then worked out here
+    assert report.analysis(t, jobs=2) == alone and len(forks) == 2
+
+
+def test_a_forked_helper_answers_raises_or_is_ended_and_waited_for():
+    import os
+    import time
+
+    from rldbg.trace.forked import Forked
+    with Forked(lambda: {"a": [1, 2]}) as h:
+        assert h.result() == {"a": [1, 2]}
+    with Forked(lambda: 1 / 0) as h:
+        with pytest.raises(ZeroDivisionError):
+            h.result()
+    t0 = time.monotonic()
+    with Forked(lambda: time.sleep(60)) as h:   # left without its answer: killed, not waited out
+        pid = h.pid
+    assert time.monotonic() - t0 < 30 and h.pid == 0
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)   # already reaped

@@ -40,8 +40,8 @@ def recorded_losses(t) -> str | None:
 
 
 def reading_jobs() -> int:
-    """Processes to read a big trace with: two where two cores are free and the OS forks (this
-    process runs no threads, so its forked helper is safe; rldbg.trace.load_pieces)."""
+    """Processes to read and analyse a big trace with: two where two cores are free and the OS
+    forks (this process runs no threads, so its forked helper is safe; rldbg.trace.forked)."""
     from rldbg.environ import usable_cores
     return min(usable_cores(), 2) if hasattr(os, "fork") else 1
 
@@ -68,7 +68,7 @@ def run(args) -> int:
             print(f"rldbg report: WARNING: {lost}")
         sys.stdout.flush()
     try:
-        result = analysis(t)
+        result = analysis(t, jobs=reading_jobs())
     except TraceFileError as e:
         print(f"rldbg report: {e}", file=sys.stderr)
         return 2

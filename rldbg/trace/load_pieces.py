@@ -1,6 +1,6 @@
 """Reading a trace a piece at a time, for `rldbg report`: the events of each piece of the file,
 split by phase by the one validity rule (rldbg.trace.load.phases), handed to a sink that keeps
-what it needs, then dropped; with two cores or more, the second half of a big file is read by a
+what it needs, then dropped; with two cores or more, the last part of a big file is read by a
 forked process at the same time and its sink sent back.
 
 Why pieces: one parse of a million-event file faulted in 1.4 GB page by page (0.8 s of system
@@ -19,10 +19,7 @@ other process); sink.merge(later) appends what such a sink took. Sinks must pick
 """
 from __future__ import annotations
 
-import os
-import pickle
-import signal
-
+from rldbg.trace.forked import Forked, HelperLost
 from rldbg.trace.load import _load, _malformed, _read_bytes, no_gc, orjson, phases
 
 _PIECE = 1 << 18          # bytes of JSON text per piece
@@ -39,8 +36,8 @@ class _NotInLines(Exception):
 def read_by_phase(path: str, new, jobs: int = 1) -> tuple:
     """(sink, damage notes): the trace's valid events handed to a sink from new(), a piece at a
     time where the file allows it (else in one piece, to a new sink if some were handed over);
-    `jobs` > 1: the second half in a forked process (only from a process without threads: the
-    report's CLI). The notes are rldbg.trace.load.load_trace()'s."""
+    `jobs` > 1: the file's last part in a forked process (only from a process without threads:
+    the report's CLI). The notes are rldbg.trace.load.load_trace()'s."""
     notes: list = []
     with no_gc():
         raw = _read_bytes(path, notes)
@@ -107,40 +104,11 @@ def _in_pieces(raw: bytes, new, jobs: int) -> tuple:
     # half's sink then knows (spawn()) instead of holding its samples until the end.
     bad = _feed(raw, begin, first, sink)
     later = sink.spawn()
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:   # the second half, then its sink down the pipe; out without any exit work
-        os.close(rfd)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)   # the parent's Ctrl-C ends it too
-        try:
-            try:
-                out = (_feed(raw, mid + 1, end, later), later)
-            except _NotInLines:
-                out = None
-            data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(wfd, view):]
-        finally:
-            os._exit(0)
-    os.close(wfd)
-    try:
+    with Forked(lambda: (_feed(raw, mid + 1, end, later), later)) as helper:
         bad += _feed(raw, first + 1, mid, sink)
-        with os.fdopen(rfd, "rb") as f:
-            rfd = None
-            data = f.read()
-    finally:
-        if rfd is not None:   # stopped before its half was read (Ctrl-C, a piece not in lines): not wanted
-            os.close(rfd)
-            os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    if not data:   # the helper died (killed, out of memory): its half is read here
-        return sink, bad + _feed(raw, mid + 1, end, sink)
-    try:
-        got = pickle.loads(data)
-    except Exception:   # cut short: the helper died while writing
-        return sink, bad + _feed(raw, mid + 1, end, sink)
-    if got is None:
-        raise _NotInLines
-    sink.merge(got[1])
-    return sink, bad + got[0]
+        try:
+            more, later = helper.result()   # _NotInLines from the helper is raised here
+        except HelperLost:   # its part is read here instead
+            return sink, bad + _feed(raw, mid + 1, end, sink)
+    sink.merge(later)
+    return sink, bad + more

@@ -7,6 +7,7 @@ cluster can be analysed anywhere.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import re
 import statistics
 from collections import defaultdict
@@ -14,9 +15,13 @@ from collections import defaultdict
 from rldbg import sentinel
 from rldbg.memory.leaks import describe, leak_suspicions, observe
 from rldbg.trace.events import moves
+from rldbg.trace.forked import Forked, HelperLost
 from rldbg.trace.load import TraceFileError, no_gc, phases, ts_ns
 from rldbg.trace.load_pieces import read_by_phase
 
+# Slices from which the memory peaks are worth a forked helper (about 3 µs a slice here, and a
+# fork of a report holding a big trace costs tens of ms).
+PEAKS_APART = 50_000
 STRAGGLER_RATIO = 1.5
 # A straggler is named only with evidence: at least this many calls (a one-off init_model that
 # took 1.8x its peer is noise), and a median excess over its peers a person would care about.
@@ -435,14 +440,22 @@ def analyse_trace(path: str) -> tuple[dict, Trace]:
     return analysis(t), t
 
 
-def analysis(t: Trace) -> dict:
+def analysis(t: Trace, jobs: int = 1) -> dict:
     """What a read trace says (TraceFileError if it holds no rldbg slices). The analyses only
-    read the Trace."""
+    read the Trace; with `jobs` > 1 (only from a process without threads: the report's CLI) and
+    many slices, the memory peaks (the longest of them) are worked out by a forked helper
+    while this process does the rest."""
     t.check()
-    with no_gc():
-        return {"trace": t.path, "ranks": ranks(t.meta), "clock": clock(t.instants), "time": role_shares(t),
-                **stragglers(t), "controller": controller_idle(t), "memory_peaks": memory_peaks(t),
-                "leaks": leaks(t), "nonfinite": sentinel.alarms(t.instants)}
+    apart = jobs > 1 and len(t.calls) + len(t.transitions) >= PEAKS_APART
+    with no_gc(), (Forked(lambda: memory_peaks(t)) if apart else contextlib.nullcontext()) as helper:
+        out = {"trace": t.path, "ranks": ranks(t.meta), "clock": clock(t.instants), "time": role_shares(t),
+               **stragglers(t), "controller": controller_idle(t), "memory_peaks": None,
+               "leaks": leaks(t), "nonfinite": sentinel.alarms(t.instants)}
+        try:
+            out["memory_peaks"] = helper.result() if helper is not None else memory_peaks(t)
+        except HelperLost:
+            out["memory_peaks"] = memory_peaks(t)
+    return out
 
 
 def _mib(b) -> str:
