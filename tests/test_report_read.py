@@ -1,6 +1,6 @@
 """How the report reads a loaded trace: which events it can read (rldbg.trace.load.phases, the
 one place the rule is written) and how counter samples become per-rank series
-(rldbg.trace.report.Trace), on hand-written events with every kind of damage a writer or an
+(rldbg.trace.report_trace.Trace), on hand-written events with every kind of damage a writer or an
 editor leaves."""
 from __future__ import annotations
 
