@@ -201,3 +201,22 @@ def test_a_helper_that_dies_mid_export_leaves_the_export_to_one_process(tmp_path
     assert (tmp_path / "two.json").read_bytes() == (tmp_path / "one.json").read_bytes()
     assert not list(tmp_path.glob("two.json.part*"))
 
+
+
+def test_an_old_trace_is_replaced_and_a_symlink_written_through(tmp_path, monkeypatch):
+    """An existing file at the output is replaced by a new one, not truncated (ext4 writes a
+    truncated-and-rewritten file back to disk at close, which the export would wait for): a
+    hard link to the old trace keeps the old trace. A symlink is written through, as before."""
+    spill = _spill(tmp_path, monkeypatch)
+    want = tmp_path / "want.json"
+    export_spill(spill, str(want), jobs=1)
+    out, old = tmp_path / "out.json", tmp_path / "old.json"
+    out.write_bytes(b"[\n]\n")
+    os.link(out, old)
+    export_spill(spill, str(out), jobs=2)
+    assert out.read_bytes() == want.read_bytes() and old.read_bytes() == b"[\n]\n"
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_bytes(b"stale")
+    link.symlink_to(target)
+    export_spill(spill, str(link), jobs=2)
+    assert link.is_symlink() and target.read_bytes() == want.read_bytes()

@@ -7,7 +7,23 @@
 
 Layout: events (record format) → recorder (per-process buffer + flusher) → collector (one actor,
 spills to disk) → export (Chrome JSON for Perfetto) → report (analysis) / tp (SQL checks).
-"""
-from rldbg.trace.session import collector_handle, last_losses, loss_line, start, stop, tracing
 
-__all__ = ["start", "stop", "tracing", "collector_handle", "last_losses", "loss_line"]
+The session functions are looked up in rldbg.trace.session on first use, not imported with the
+package: every process that records imports rldbg.trace (through rldbg.api), and so does each
+helper of a side-by-side export (rldbg.trace.export_jobs), whose start-up the exporting process
+waits for; neither needs the session's collector and Ray glue.
+"""
+_SESSION = ("start", "stop", "tracing", "collector_handle", "last_losses", "loss_line")
+
+__all__ = list(_SESSION)
+
+
+def __getattr__(name: str):
+    if name in _SESSION:
+        from rldbg.trace import session
+        return getattr(session, name)
+    raise AttributeError(f"module 'rldbg.trace' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_SESSION))
