@@ -202,7 +202,6 @@ def test_a_helper_that_dies_mid_export_leaves_the_export_to_one_process(tmp_path
     assert not list(tmp_path.glob("two.json.part*"))
 
 
-
 def test_an_old_trace_is_replaced_and_a_symlink_written_through(tmp_path, monkeypatch):
     """An existing file at the output is replaced by a new one, not truncated (ext4 writes a
     truncated-and-rewritten file back to disk at close, which the export would wait for): a

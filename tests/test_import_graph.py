@@ -98,7 +98,6 @@ def test_the_session_is_imported_on_first_use_and_a_helper_skips_the_package():
     """`import rldbg` (every traced process) leaves the trace session (collector, Ray glue) until
     rldbg.trace.start or stop is looked up; an export helper imports the exporter without the
     rldbg package's __init__ at all. Run in fresh interpreters, as processes start."""
-    import os
     import subprocess
     import sys
 
@@ -114,9 +113,8 @@ def test_the_session_is_imported_on_first_use_and_a_helper_skips_the_package():
     probe = export_jobs._LAUNCH.replace("code = export_jobs.helper(export)",
                                         "print(sorted(m for m in sys.modules if m.startswith('rldbg')))\n"
                                         "code = export_jobs.helper(export)")
-    r = subprocess.run([sys.executable, "-S", "-c", probe, export_jobs._PACKAGE], capture_output=True, text=True,
-                       timeout=60, stdin=subprocess.DEVNULL,
-                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
+    argv, env = export_jobs.helper_command(probe)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     loaded = ast.literal_eval(r.stdout.strip().splitlines()[-1])
     assert "rldbg.trace.export" in loaded and not {"rldbg.api", "rldbg.context", "rldbg.trace.session"} & set(loaded)

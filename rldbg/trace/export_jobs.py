@@ -35,8 +35,8 @@ class HelperFailed(RuntimeError):
 
 # A helper's program. The exporting process waits for its helpers' first answer, so their start-up
 # is on the export's critical path: it imports rldbg.trace.export under a bare `rldbg` package
-# (not the package's __init__: the user API, the context and the recorder, 30 ms of imports a
-# helper never uses) and starts without site (-S, another 20 ms of .pth files: its path is this
+# (not the package's __init__: the user API, the context and the recorder, about 40 ms of imports
+# a helper never uses) and starts without site (-S, another 20 ms of .pth files: its path is this
 # process's sys.path, handed over in PYTHONPATH).
 _LAUNCH = """import os, sys, types
 pkg = types.ModuleType("rldbg")
@@ -48,6 +48,12 @@ sys.stderr.flush()
 os._exit(code)   # at once: freeing its half of the spill object by object took up to 0.4 s
 """
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # rldbg/, as this process found it
+
+
+def helper_command(program: str = _LAUNCH) -> tuple[list, dict]:
+    """The argv and environment a helper starts with (`program`: _LAUNCH, or a test's probe)."""
+    return ([sys.executable, "-S", "-c", program, _PACKAGE],
+            dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
 
 MIN_BYTES = 16 << 20   # below about 300k events a helper's start-up eats what it saves
 MAX_JOBS = 4
@@ -77,11 +83,10 @@ def export(ex, spill_dir: str, out_path: str, extra, align: bool, damage: list |
     helpers: list[subprocess.Popen] = []
     outs = [f"{out_path}.part{k}.{os.getpid()}" for k in range(1, jobs)]
     try:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        argv, env = helper_command()
         for k in range(1, jobs):
             try:
-                h = subprocess.Popen([sys.executable, "-S", "-c", _LAUNCH, _PACKAGE], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env)
+                h = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
             except OSError as e:
                 raise HelperFailed(f"cannot start {sys.executable}: {e}") from None
             helpers.append(h)
