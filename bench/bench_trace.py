@@ -65,6 +65,19 @@ def _empty(n):
         pass
 
 
+def _python_api(n: int, base: float, fresh=None) -> dict:
+    """The same span/instant/counter loops through rldbg.api's Python implementation (what runs
+    without the C extension, or with RLDBG_PURE_PYTHON=1), in this run, for the ratio."""
+    saved = rldbg.span, rldbg.instant, rldbg.counter
+    rldbg.span, rldbg.instant, rldbg.counter = rldbg.api.py_span, rldbg.api.py_instant, rldbg.api.py_counter
+    try:
+        costs = {f"{k} (Python implementation)": _per_op_ns(f, n, before=fresh) - base
+                 for k, f in [("span", _spans), ("instant", _instants), ("counter", _counters)]}
+    finally:
+        rldbg.span, rldbg.instant, rldbg.counter = saved
+    return {"on" if fresh else "off": costs}
+
+
 def _worker_calls(n):
     for _ in range(n):
         with ri.worker_call("actor", 0, "m", None):
@@ -201,6 +214,7 @@ def recording_costs(n: int = 200_000) -> dict:
         st.on, st.looked_up, st.recorder, st.last_lookup = False, True, None, time.monotonic()
         off = {k: _per_op_ns(f, n) - base for k, f in
                [("span", _spans), ("instant", _instants), ("counter", _counters), ("worker_call", _worker_calls)]}
+        py = _python_api(n, base) if rldbg.api.IMPLEMENTATION == "c" else {}
         st.on = True
 
         def fresh():
@@ -209,6 +223,10 @@ def recording_costs(n: int = 200_000) -> dict:
         on = {k: _per_op_ns(f, n, before=fresh) - base for k, f in
               [("span", _spans), ("instant", _instants), ("counter", _counters)]}
         on["worker_call (2 memory samples)"] = _per_op_ns(_worker_calls, n // 20, before=fresh) - base
+        if py:
+            off.update(py["off"])
+            st.recorder = None
+            on.update(_python_api(n, base, fresh)["on"])
     finally:
         st.on, st.looked_up, st.recorder, st.last_lookup = saved
     # What Python itself costs here, for scale: no hook can be cheaper than its own call/with.
@@ -423,10 +441,11 @@ def main() -> None:
     ap.add_argument("--shipped", type=int, default=200_000, help="spans for the end-to-end figure (0: skip)")
     a = ap.parse_args()
     c = recording_costs(a.ops)
-    print("per-event recording cost, ns (best of 5 runs, loop overhead subtracted):")
+    print(f"per-event recording cost, ns (best of 5 runs, loop overhead subtracted); span/instant/counter run in "
+          f"{rldbg.api.IMPLEMENTATION.upper()} (rldbg.fastpath; RLDBG_PURE_PYTHON=1 for Python):")
     for mode in ("off", "on"):
         for k, v in c[mode].items():
-            goal = GOALS_NS[mode].get(k)
+            goal = GOALS_NS[mode].get(k.split(" (")[0] if "(Python" in k else k)
             verdict = "" if goal is None else f"   goal <= {goal:,} ns: {'met' if v <= goal else 'NOT met'}"
             print(f"  tracing {mode:<3} {k:<32} {v:8.0f} ns{verdict}")
     for k, v in c["floor"].items():

@@ -8,19 +8,23 @@
 Events inherit role/rank/step/method from rldbg.context. When tracing is off everything is a
 flag check; a process looks for the collector once, on its first call (see trace/runtime.py).
 breakpoint() delegates to rldbg.debug.breakpoints.
+
+span/instant/counter run in C where rldbg/_api_c.c was built (rldbg.fastpath): the functions
+below are then what C calls for everything off its fast path, so their meaning lives here.
 """
 from __future__ import annotations
 
 import functools
 import time
 
+from rldbg import fastpath as _fp
 from rldbg.context import current
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import counter_event as _counter, instant_event as _instant, slice_event as _slice
 
 _STATE = _rt.STATE
 _CTX = current()      # one object per process, mutated in place: bind it once
-_now = time.time_ns
+_now = _TIME_NS = time.time_ns
 
 
 def _on() -> bool:
@@ -60,13 +64,16 @@ class _Span:
         return False
 
     def __call__(self, fn):
-        name, args = self.name, self.args
+        return _decorate(self.name, self.args, fn)
 
-        @functools.wraps(fn)
-        def wrapper(*a, **kw):
-            with _Span(name, args):
-                return fn(*a, **kw)
-        return wrapper
+
+def _decorate(name: str, args: dict, fn):
+    """fn wrapped in a new span per call (also what a C span's decorator form runs)."""
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        with _Span(name, args):
+            return fn(*a, **kw)
+    return wrapper
 
 
 class _OffSpan(_Span):
@@ -146,6 +153,23 @@ def counter(name: str, **values) -> None:
         buf.append(_counter("user", name, _now(), c.role, c.rank, c.step, c.method, values))
     else:
         rec.dropped += 1
+
+
+IMPLEMENTATION = _fp.IMPLEMENTATION
+if _fp.C is not None:
+    _fp.C.bind(_STATE, _CTX, _OFF, span, instant, counter, _rt.lookup, _decorate)
+    py_span, py_instant, py_counter = span, instant, counter   # the Python ones, for tests and benches
+    span, instant, counter = _fp.C.span, _fp.C.instant, _fp.C.counter
+else:
+    py_span, py_instant, py_counter = span, instant, counter
+
+
+def set_clock(fn) -> None:
+    """Timestamps of user events from fn() (time.time_ns by default); tests skew a process's clock."""
+    global _now
+    _now = fn
+    if _fp.C is not None:
+        _fp.C.set_clock(None if fn is _TIME_NS else fn)
 
 
 def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001

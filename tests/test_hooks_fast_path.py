@@ -15,10 +15,16 @@ from rldbg.trace.events import decode
 from rldbg.trace.recorder import Recorder
 
 
-@pytest.fixture
-def tracing_state():
+@pytest.fixture(params=["c", "python"])
+def tracing_state(request, monkeypatch):
     """Tracing off, as in a process that looked for a collector and found none; yields a function
-    that turns recording on into a real in-process Recorder (nothing shipped)."""
+    that turns recording on into a real in-process Recorder (nothing shipped). Runs each test with
+    rldbg.span/instant/counter in C (rldbg/_api_c.c) and in Python (rldbg.api's own)."""
+    if request.param == "python":
+        for name in ("span", "instant", "counter"):
+            monkeypatch.setattr(rldbg, name, getattr(rldbg.api, "py_" + name))
+    elif rldbg.api.IMPLEMENTATION != "c":
+        pytest.fail("the C hot paths are not in use here (rldbg.fastpath); tests/test_api_c.py says why")
     st = runtime.STATE
     saved = (st.on, st.looked_up, st.recorder, st.last_lookup)
     st.on, st.looked_up, st.recorder, st.last_lookup = False, True, None, time.monotonic()

@@ -38,7 +38,8 @@ class Skewable:
             real = time.time_ns
             time.time_ns = lambda: real() + skew_ns
             # The hot paths (spans, worker calls) bound time.time_ns at import.
-            rldbg.api._now = rldbg.instrument._now = time.time_ns
+            rldbg.api.set_clock(time.time_ns)
+            rldbg.instrument._now = time.time_ns
         self.role, self.rank = role, rank
         ri.set_worker_identity(role, rank, world, roles=roles)
 

@@ -11,17 +11,24 @@ from __future__ import annotations
 import threading
 import time
 
+from rldbg.fastpath import C
 from rldbg.trace.recorder import Recorder, Shipper
 
 RECHECK_S = 10.0
 
 
-class _State:
-    on = False                 # the one flag every hot path reads
-    looked_up = False
+if C is not None:
+    _Flags = C.StateBase       # on, looked_up, recorder as C fields: the C hot paths read them directly
+else:
+    class _Flags:
+        on = False             # the one flag every hot path reads
+        looked_up = False
+        recorder: Recorder | None = None
+
+
+class _State(_Flags):
     last_lookup = 0.0
     session_seen = 0           # the newest driver trace session a call told us about
-    recorder: Recorder | None = None
     shipper: Shipper | None = None
     sampler = None
     config: dict = {}

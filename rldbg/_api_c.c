@@ -1,0 +1,510 @@
+/* rldbg._api_c: the user API's recording hot paths (rldbg.span / instant / counter) in C.
+ *
+ * Why C: as Python functions these cannot meet their budgets. A `def span(name, /, **args)` that
+ * only returns an existing object already costs more than the 100 ns an off span may cost (its
+ * frame and the kwargs dict), and a traced span spent most of its 800 ns in Python frames and
+ * attribute lookups. Here an off span is one C call that reads a C flag and a dict; a traced one
+ * builds the same event tuple rldbg.api's Python code builds, without a Python frame.
+ *
+ * This module owns no behaviour of its own: rldbg.api keeps the Python implementation and binds
+ * it here (bind()); every case this file does not handle on its fast path (a bad name, a first
+ * lookup of the collector, a full check of counter values that fails, decorating) calls that
+ * Python code, so messages and semantics live in one place. The event layout is
+ * rldbg.trace.events' (SLICE/INSTANT/COUNTER tuples of 11 fields); tests compare both.
+ *
+ * StateBase holds the flags every hot path reads (on, looked_up, recorder) as C fields:
+ * rldbg.trace.runtime's process state subclasses it, so Python reads them as before.
+ *
+ * Held events and the cyclic GC: a tuple holding a dict stays tracked by CPython's GC forever (a
+ * dict "may become" tracked), so with 100k+ events buffered every full collection walks them all;
+ * that made a traced counter cost 1.3 us instead of 0.6. An event whose fields are all atomic (or
+ * an untracked dict: only atomic keys and values) cannot be part of a cycle, so it is untracked
+ * here at creation. Nothing mutates an event after it is built.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <time.h>
+
+/* ---- the process's tracing flags ------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    char on;
+    char looked_up;
+    PyObject *recorder;   /* NULL reads as None */
+} StateBase;
+
+static int state_traverse(StateBase *self, visitproc visit, void *arg) {
+    Py_VISIT(self->recorder);
+    return 0;
+}
+
+static int state_clear(StateBase *self) {
+    Py_CLEAR(self->recorder);
+    return 0;
+}
+
+static void state_dealloc(StateBase *self) {
+    PyObject_GC_UnTrack(self);
+    state_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef state_members[] = {
+    {"on", T_BOOL, offsetof(StateBase, on), 0, "tracing records in this process"},
+    {"looked_up", T_BOOL, offsetof(StateBase, looked_up), 0, "this process looked for a collector"},
+    {"recorder", T_OBJECT, offsetof(StateBase, recorder), 0, "the Recorder events go to, or None"},
+    {NULL}
+};
+
+static PyTypeObject StateBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rldbg._api_c.StateBase",
+    .tp_basicsize = sizeof(StateBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Tracing flags read by the C hot paths (subclassed by rldbg.trace.runtime).",
+    .tp_traverse = (traverseproc)state_traverse,
+    .tp_clear = (inquiry)state_clear,
+    .tp_dealloc = (destructor)state_dealloc,
+    .tp_members = state_members,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- what bind() gives us ------------------------------------------------------------------- */
+
+static StateBase *g_state;     /* rldbg.trace.runtime.STATE */
+static PyObject *g_ctx;        /* rldbg.context.current() */
+static PyObject *g_off;        /* rldbg.api._OFF: name -> shared off span */
+static PyObject *g_py_span, *g_py_instant, *g_py_counter;   /* the Python implementations */
+static PyObject *g_lookup;     /* rldbg.trace.runtime.lookup */
+static PyObject *g_decorate;   /* rldbg.api._decorate(name, args, fn) */
+static PyObject *g_clock;      /* None: CLOCK_REALTIME here; else a callable (tests skew it) */
+
+static PyObject *s_buf, *s_capacity, *s_dropped, *s_append, *s_role, *s_rank, *s_step, *s_method,
+    *s_error, *s_name, *s_kw_name, *s_X, *s_i, *s_C, *s_user;
+
+#define READY() (g_state != NULL)
+
+/* time.time_ns(): the same clock (CLOCK_REALTIME), read without a Python call. */
+static PyObject *now_ns(void) {
+#ifndef _WIN32
+    if (g_clock == NULL) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    }
+#endif
+    return PyObject_CallNoArgs(g_clock);
+}
+
+/* Untrack an event no cycle can go through (see the module comment). */
+static void untrack_if_atomic(PyObject *tup) {
+    Py_ssize_t n = PyTuple_GET_SIZE(tup);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(tup, i);
+        if (!PyObject_IS_GC(v))
+            continue;
+        if ((PyDict_CheckExact(v) || PyTuple_CheckExact(v)) && !PyObject_GC_IsTracked(v))
+            continue;
+        return;
+    }
+    PyObject_GC_UnTrack(tup);
+}
+
+/* (ph, "user", name, ts, dur, role, rank, step, method, None, args) with this process's context.
+ * Steals ts, dur and args (args may be NULL: None). */
+static PyObject *user_event(PyObject *ph, PyObject *name, PyObject *ts, PyObject *dur, PyObject *args) {
+    PyObject *role = NULL, *rank = NULL, *step = NULL, *method = NULL, *tup = NULL;
+    if (ts == NULL || dur == NULL)
+        goto done;
+    if (!(role = PyObject_GetAttr(g_ctx, s_role)) || !(rank = PyObject_GetAttr(g_ctx, s_rank))
+        || !(step = PyObject_GetAttr(g_ctx, s_step)) || !(method = PyObject_GetAttr(g_ctx, s_method)))
+        goto done;
+    if (!(tup = PyTuple_New(11)))
+        goto done;
+    PyObject *items[11] = {Py_NewRef(ph), Py_NewRef(s_user), Py_NewRef(name), ts, dur, role, rank, step, method,
+                           Py_NewRef(Py_None), args ? args : Py_NewRef(Py_None)};
+    for (int i = 0; i < 11; i++)
+        PyTuple_SET_ITEM(tup, i, items[i]);
+    untrack_if_atomic(tup);
+    return tup;
+done:
+    Py_XDECREF(ts); Py_XDECREF(dur); Py_XDECREF(args);
+    Py_XDECREF(role); Py_XDECREF(rank); Py_XDECREF(step); Py_XDECREF(method);
+    return NULL;
+}
+
+/* Recorder.emit, inlined as rldbg.api does: append while below capacity, else count a drop.
+ * Steals ev. */
+static int emit(PyObject *rec, PyObject *ev) {
+    int rc = -1;
+    PyObject *buf = NULL, *cap = NULL, *r = NULL;
+    if (ev == NULL)
+        return -1;
+    if (!(buf = PyObject_GetAttr(rec, s_buf)) || !(cap = PyObject_GetAttr(rec, s_capacity)))
+        goto done;
+    Py_ssize_t n = PyObject_Size(buf), c = PyLong_AsSsize_t(cap);
+    if (n < 0 || (c == -1 && PyErr_Occurred()))
+        goto done;
+    if (n < c) {
+        r = PyObject_CallMethodOneArg(buf, s_append, ev);
+    } else {
+        PyObject *d = PyObject_GetAttr(rec, s_dropped);
+        if (d != NULL) {
+            PyObject *one = PyLong_FromLong(1);
+            r = one ? PyNumber_Add(d, one) : NULL;
+            Py_XDECREF(one);
+            Py_DECREF(d);
+            if (r != NULL && PyObject_SetAttr(rec, s_dropped, r) < 0)
+                Py_CLEAR(r);
+        }
+    }
+    rc = r == NULL ? -1 : 0;
+done:
+    Py_XDECREF(r); Py_XDECREF(buf); Py_XDECREF(cap); Py_DECREF(ev);
+    return rc;
+}
+
+/* The recorder to emit to, borrowed; NULL when there is none. */
+static inline PyObject *recorder(void) {
+    PyObject *rec = g_state->recorder;
+    return rec == Py_None ? NULL : rec;
+}
+
+/* kwargs of a vectorcall as a new dict; NULL kwnames: NULL (no args), not an error. */
+static PyObject *kwargs_dict(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int *err) {
+    *err = 0;
+    if (kwnames == NULL)
+        return NULL;
+    Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+    PyObject *d = PyDict_New();
+    if (d == NULL) {
+        *err = 1;
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        if (PyDict_SetItem(d, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+            Py_DECREF(d);
+            *err = 1;
+            return NULL;
+        }
+    }
+    return d;
+}
+
+/* ---- span ----------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *name;
+    PyObject *args;       /* NULL: no args */
+    long long t0;         /* 0: not recording this time */
+} Span;
+
+/* Not a GC type: a span lives for one `with`, and a cycle through its args would only leak it. */
+static void span_dealloc(Span *self) {
+    Py_DECREF(self->name);
+    Py_XDECREF(self->args);
+    PyObject_Free(self);
+}
+
+static PyObject *span_enter(Span *self, PyObject *unused) {
+    /* As rldbg.api._Span.__enter__: on, or the first look for a collector finds one. */
+    int on = g_state->on;
+    if (!on && !g_state->looked_up) {
+        PyObject *r = PyObject_CallNoArgs(g_lookup);
+        if (r == NULL)
+            return NULL;
+        on = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        if (on < 0)
+            return NULL;
+    }
+    self->t0 = 0;
+    if (on) {
+        PyObject *t = now_ns();
+        if (t == NULL)
+            return NULL;
+        self->t0 = PyLong_AsLongLong(t);
+        Py_DECREF(t);
+        if (self->t0 == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    return Py_NewRef(self);
+}
+
+static PyObject *span_exit(Span *self, PyObject *const *a, Py_ssize_t n) {
+    PyObject *rec = recorder();
+    if (n != 3) {
+        PyErr_SetString(PyExc_TypeError, "__exit__ takes 3 arguments");
+        return NULL;
+    }
+    if (self->t0 == 0 || rec == NULL)
+        Py_RETURN_FALSE;
+    PyObject *args;
+    if (a[0] == Py_None) {
+        args = self->args && PyDict_GET_SIZE(self->args) ? Py_NewRef(self->args) : NULL;
+    } else {   /* the span ends with an exception: dict(args, error=<type name>) */
+        args = self->args ? PyDict_Copy(self->args) : PyDict_New();
+        if (args == NULL)
+            return NULL;
+        PyObject *tn = PyObject_GetAttr(a[0], s_name);
+        if (tn == NULL || PyDict_SetItem(args, s_error, tn) < 0) {
+            Py_XDECREF(tn);
+            Py_DECREF(args);
+            return NULL;
+        }
+        Py_DECREF(tn);
+    }
+    PyObject *t1 = now_ns();
+    if (t1 == NULL) {
+        Py_XDECREF(args);
+        return NULL;
+    }
+    long long dur = PyLong_AsLongLong(t1) - self->t0;
+    Py_DECREF(t1);
+    Py_INCREF(rec);   /* getting the context may run Python code that detaches */
+    int rc = emit(rec, user_event(s_X, self->name, PyLong_FromLongLong(self->t0), PyLong_FromLongLong(dur), args));
+    Py_DECREF(rec);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_FALSE;
+}
+
+/* `@rldbg.span(...)` while tracing: the Python decorator (one span per call). */
+static PyObject *span_call(Span *self, PyObject *args, PyObject *kw) {
+    PyObject *fn;
+    if (kw != NULL && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "a span decorates one function");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "span", 1, 1, &fn))
+        return NULL;
+    PyObject *d = self->args ? Py_NewRef(self->args) : PyDict_New();
+    if (d == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallFunctionObjArgs(g_decorate, self->name, d, fn, NULL);
+    Py_DECREF(d);
+    return r;
+}
+
+static PyObject *span_get_args(Span *self, void *unused) {
+    return self->args ? Py_NewRef(self->args) : PyDict_New();
+}
+
+static PyObject *span_get_t0(Span *self, void *unused) {
+    return PyLong_FromLongLong(self->t0);
+}
+
+static PyMethodDef span_methods[] = {
+    {"__enter__", (PyCFunction)span_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))span_exit, METH_FASTCALL, NULL},
+    {NULL}
+};
+
+static PyMemberDef span_members[] = {
+    {"name", T_OBJECT, offsetof(Span, name), READONLY, NULL},
+    {NULL}
+};
+
+static PyGetSetDef span_getset[] = {
+    {"args", (getter)span_get_args, NULL, NULL, NULL},
+    {"t0", (getter)span_get_t0, NULL, NULL, NULL},
+    {NULL}
+};
+
+static PyTypeObject SpanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rldbg._api_c.Span",
+    .tp_basicsize = sizeof(Span),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A traced span: `with` it, or decorate a function with it (rldbg.span).",
+    .tp_dealloc = (destructor)span_dealloc,
+    .tp_call = (ternaryfunc)span_call,
+    .tp_methods = span_methods,
+    .tp_members = span_members,
+    .tp_getset = span_getset,
+};
+
+static PyObject *c_span(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (READY() && nargs == 1 && PyUnicode_CheckExact(args[0])) {
+        PyObject *name = args[0];
+        if (!g_state->on) {
+            /* Off, after the lookup, no args: the shared off span of this name. */
+            if (kwnames == NULL && g_state->looked_up) {
+                PyObject *off = PyDict_GetItemWithError(g_off, name);
+                if (off != NULL)
+                    return Py_NewRef(off);
+                if (PyErr_Occurred())
+                    return NULL;
+            }
+        } else if (PyUnicode_GET_LENGTH(name) > 0) {
+            int err;
+            PyObject *kw = kwargs_dict(args, nargs, kwnames, &err);
+            if (err)
+                return NULL;
+            Span *s = PyObject_New(Span, &SpanType);
+            if (s == NULL) {
+                Py_XDECREF(kw);
+                return NULL;
+            }
+            s->name = Py_NewRef(name);
+            s->args = kw;
+            s->t0 = 0;
+            return (PyObject *)s;
+        }
+    }
+    return PyObject_Vectorcall(g_py_span, args, nargs, kwnames);
+}
+
+/* ---- instant and counter -------------------------------------------------------------------- */
+
+static int names_name(PyObject *kwnames) {
+    /* instant(name, **args) takes name by keyword too: let Python handle any such call. */
+    if (kwnames == NULL)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++)
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, i), s_kw_name) == 0)
+            return 1;
+    return 0;
+}
+
+static PyObject *c_instant(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (!READY() || nargs != 1 || names_name(kwnames))
+        return PyObject_Vectorcall(g_py_instant, args, nargs, kwnames);
+    PyObject *rec = recorder();
+    if (rec == NULL) {
+        if (g_state->looked_up)
+            Py_RETURN_NONE;
+        return PyObject_Vectorcall(g_py_instant, args, nargs, kwnames);   /* the first lookup */
+    }
+    int err;
+    PyObject *kw = kwargs_dict(args, nargs, kwnames, &err);
+    if (err)
+        return NULL;
+    Py_INCREF(rec);   /* getting the context may run Python code that detaches */
+    int rc = emit(rec, user_event(s_i, args[0], now_ns(), PyLong_FromLong(0), kw));
+    Py_DECREF(rec);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *c_counter(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (!READY() || nargs != 1 || names_name(kwnames))
+        return PyObject_Vectorcall(g_py_counter, args, nargs, kwnames);
+    PyObject *rec = recorder();
+    if (rec == NULL) {
+        if (g_state->looked_up)
+            Py_RETURN_NONE;
+        return PyObject_Vectorcall(g_py_counter, args, nargs, kwnames);
+    }
+    Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        PyObject *v = args[1 + i];
+        if (!PyLong_Check(v) && !PyFloat_Check(v))   /* Python raises the ValueError that names it */
+            return PyObject_Vectorcall(g_py_counter, args, nargs, kwnames);
+    }
+    int err;
+    PyObject *values = kwargs_dict(args, nargs, kwnames, &err);
+    if (err)
+        return NULL;
+    if (values == NULL && !(values = PyDict_New()))   /* counter("x") records {} */
+        return NULL;
+    Py_INCREF(rec);
+    int rc = emit(rec, user_event(s_C, args[0], now_ns(), PyLong_FromLong(0), values));
+    Py_DECREF(rec);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- binding -------------------------------------------------------------------------------- */
+
+static PyObject *c_bind(PyObject *mod, PyObject *args, PyObject *kw) {
+    static char *names[] = {"state", "ctx", "off", "span", "instant", "counter", "lookup", "decorate", NULL};
+    PyObject *st, *ctx, *off, *sp, *in, *co, *lk, *dec;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OO!OOOOO:bind", names, &StateBaseType, &st, &ctx, &PyDict_Type,
+                                     &off, &sp, &in, &co, &lk, &dec))
+        return NULL;
+    Py_XSETREF(g_ctx, Py_NewRef(ctx));
+    Py_XSETREF(g_off, Py_NewRef(off));
+    Py_XSETREF(g_py_span, Py_NewRef(sp));
+    Py_XSETREF(g_py_instant, Py_NewRef(in));
+    Py_XSETREF(g_py_counter, Py_NewRef(co));
+    Py_XSETREF(g_lookup, Py_NewRef(lk));
+    Py_XSETREF(g_decorate, Py_NewRef(dec));
+    Py_XSETREF(g_state, (StateBase *)Py_NewRef(st));
+    Py_RETURN_NONE;
+}
+
+static PyObject *c_set_clock(PyObject *mod, PyObject *fn) {
+    /* None: read CLOCK_REALTIME directly (time.time_ns's clock); else call fn() for every timestamp. */
+    Py_XSETREF(g_clock, fn == Py_None ? NULL : Py_NewRef(fn));
+#ifdef _WIN32
+    if (g_clock == NULL) {
+        PyObject *time = PyImport_ImportModule("time");
+        if (time == NULL)
+            return NULL;
+        g_clock = PyObject_GetAttrString(time, "time_ns");
+        Py_DECREF(time);
+        if (g_clock == NULL)
+            return NULL;
+    }
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"span", (PyCFunction)(void (*)(void))c_span, METH_FASTCALL | METH_KEYWORDS,
+     "span($module, name, /, **args)\n--\n\n"
+     "A slice named `name` with `args` on the current role/rank's track: `with rldbg.span(...)`\n"
+     "or `@rldbg.span(...)`. Raises ValueError for an empty or non-string name."},
+    {"instant", (PyCFunction)(void (*)(void))c_instant, METH_FASTCALL | METH_KEYWORDS,
+     "instant($module, name, **args)\n--\n\n"
+     "A point event named `name` with `args` on the current role/rank's track."},
+    {"counter", (PyCFunction)(void (*)(void))c_counter, METH_FASTCALL | METH_KEYWORDS,
+     "counter($module, name, **values)\n--\n\n"
+     "One sample of numeric series `values` on the counter track \"rank N <name> <series>\"."},
+    {"bind", (PyCFunction)(void (*)(void))c_bind, METH_VARARGS | METH_KEYWORDS,
+     "bind(state, ctx, off, span, instant, counter, lookup, decorate)\n"
+     "Give the hot paths the process state and the Python implementation they defer to."},
+    {"set_clock", (PyCFunction)c_set_clock, METH_O,
+     "set_clock(fn)\nTimestamps from fn() instead of CLOCK_REALTIME (None: back to the clock)."},
+    {NULL}
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "rldbg._api_c", "rldbg's user API hot paths in C (see rldbg/_api_c.c).", -1,
+    module_methods,
+};
+
+static int intern(PyObject **slot, const char *s) {
+    *slot = PyUnicode_InternFromString(s);
+    return *slot == NULL ? -1 : 0;
+}
+
+PyMODINIT_FUNC PyInit__api_c(void) {
+    if (PyType_Ready(&StateBaseType) < 0 || PyType_Ready(&SpanType) < 0)
+        return NULL;
+    if (intern(&s_buf, "buf") || intern(&s_capacity, "capacity") || intern(&s_dropped, "dropped")
+        || intern(&s_append, "append") || intern(&s_role, "role") || intern(&s_rank, "rank")
+        || intern(&s_step, "step") || intern(&s_method, "method") || intern(&s_error, "error")
+        || intern(&s_name, "__name__") || intern(&s_kw_name, "name") || intern(&s_X, "X") || intern(&s_i, "i") || intern(&s_C, "C")
+        || intern(&s_user, "user"))
+        return NULL;
+#ifdef _WIN32
+    if (c_set_clock(NULL, Py_None) == NULL)
+        return NULL;
+#endif
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "StateBase", (PyObject *)&StateBaseType) < 0
+        || PyModule_AddObjectRef(m, "Span", (PyObject *)&SpanType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

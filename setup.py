@@ -1,0 +1,9 @@
+"""The one thing pyproject.toml cannot declare: the C hot paths of rldbg's user API.
+
+optional=True: without a compiler the install still succeeds and rldbg runs its Python
+implementation (rldbg.fastpath says which one runs; the test suite requires C where it builds).
+"""
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("rldbg._api_c", ["rldbg/_api_c.c"], optional=True,
+                             extra_compile_args=["-O2", "-Wall", "-Wno-missing-field-initializers"])])

@@ -1,0 +1,125 @@
+"""rldbg.span/instant/counter in C (rldbg/_api_c.c) against rldbg.api's Python: the C paths are
+built and in use where the suite runs, record exactly the events Python records, fail the same
+way, and keep held events out of the cyclic GC's reach where nothing can make a cycle."""
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import rldbg
+from rldbg import api
+from rldbg.context import current
+from rldbg.trace import runtime
+from rldbg.trace.recorder import Recorder
+
+T = 1_700_000_000_000_000_000
+
+
+@pytest.fixture
+def state():
+    """Tracing on into an in-process Recorder, on a clock that always reads T (dur 0), so that
+    both implementations' events compare exactly."""
+    st, ctx = runtime.STATE, current()
+    saved = (st.on, st.looked_up, st.recorder, st.last_lookup)
+    saved_ctx = (ctx.role, ctx.rank, ctx.step, ctx.method)
+    st.on, st.looked_up, st.recorder, st.last_lookup = True, True, Recorder(1000), time.monotonic()
+    api.set_clock(lambda: T)
+    yield st
+    api.set_clock(time.time_ns)
+    st.on, st.looked_up, st.recorder, st.last_lookup = saved
+    ctx.role, ctx.rank, ctx.step, ctx.method = saved_ctx
+
+
+def _script(span, instant, counter):
+    """The same calls through either implementation; returns what each call raised, in order."""
+    raised = []
+    ctx = current()
+    ctx.role, ctx.rank, ctx.step, ctx.method = "actor", 1, 7, "update_actor"
+    with span("outer"):
+        with span("inner", n=3, name="kw named name"):
+            instant("mark")
+            instant("mark", acc=0.5, tags=["a"])
+        counter("tokens", per_s=12.5, n=3, ok=True)
+        counter("empty")
+    try:
+        with span("failing", k=1):
+            raise KeyError("boom")
+    except KeyError:
+        raised.append("KeyError")
+
+    @span("decorated", kind="fn")
+    def work(x):
+        return x * 2
+    assert work(4) == 8
+    ctx.role, ctx.rank, ctx.step, ctx.method = "critic", 0, None, None
+    with span("plain"):
+        pass
+    for call in (lambda: span(""), lambda: span(3), lambda: span(), lambda: counter("c", v="high"),
+                 lambda: counter("c", 1), lambda: instant(), lambda: instant("x", name="y")):
+        try:
+            call()
+        except (TypeError, ValueError) as e:
+            raised.append(f"{type(e).__name__}: {e}")
+    instant(name="by keyword", v=1)
+    return raised
+
+
+def test_c_records_and_raises_exactly_what_python_does(state):
+    c_raised = _script(api.span, api.instant, api.counter)
+    c_events = list(state.recorder.buf)
+    state.recorder = Recorder(1000)
+    py_raised = _script(api.py_span, api.py_instant, api.py_counter)
+    py_events = list(state.recorder.buf)
+    assert api.span is not api.py_span          # two implementations compared, not one twice
+    assert c_events == py_events and len(c_events) == 10
+    assert c_raised == py_raised and len(c_raised) == 8
+    assert ("X", "user", "failing", T, 0, "actor", 1, 7, "update_actor", None, {"k": 1, "error": "KeyError"}) in c_events
+
+
+def test_a_full_buffer_counts_drops_in_c_as_in_python(state):
+    state.recorder = Recorder(capacity=2)
+    with api.span("a"):
+        api.instant("b")
+        api.counter("c", v=1)
+    rldbg.instant("d")
+    assert [e[2] for e in state.recorder.buf] == ["b", "c"] and state.recorder.dropped == 2
+
+
+def test_off_spans_are_shared_and_the_first_call_looks_for_the_collector(state):
+    state.on, state.recorder = False, None
+    assert api.span("shared") is api.span("shared")
+    assert api.instant("x") is None and api.counter("x", v=1) is None
+    state.looked_up, state.last_lookup = False, 0.0
+    api.instant("first")                  # C hands the first look to Python: no Ray here, none found
+    assert state.looked_up and not state.on
+
+
+def test_events_nothing_can_cycle_through_are_kept_out_of_the_gc(state):
+    api.instant("atomic", v=1, s="x")
+    api.counter("c", v=2.0)
+    with api.span("s"):
+        pass
+    api.instant("holds a list", tags=["a"])
+    api.instant("holds an object", obj=state)
+    tracked = {e[2]: gc.is_tracked(e) for e in state.recorder.buf}
+    assert tracked == {"atomic": False, "c": False, "s": False, "holds a list": True, "holds an object": True}
+
+
+def _implementation(**env) -> str:
+    out = subprocess.run([sys.executable, "-c", "import rldbg.api as a; print(a.IMPLEMENTATION, rldbg_span_type())"
+                          .replace("rldbg_span_type()", "type(a.span).__name__")],
+                         env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_the_c_paths_are_built_here_and_the_switch_turns_them_off():
+    # pip install -e . builds rldbg/_api_c.c; optional=True lets an install without a compiler go
+    # on in Python, so this is what tells a silently missing build apart from a working one.
+    assert _implementation(RLDBG_PURE_PYTHON="") == "c builtin_function_or_method"
+    assert _implementation(RLDBG_PURE_PYTHON="1") == "python function"
