@@ -66,15 +66,17 @@ def _empty(n):
 
 
 def _python_api(n: int, base: float, fresh=None) -> dict:
-    """The same span/instant/counter loops through rldbg.api's Python implementation (what runs
-    without the C extension, or with RLDBG_PURE_PYTHON=1), in this run, for the ratio."""
-    saved = rldbg.span, rldbg.instant, rldbg.counter
+    """The same span/instant/counter (and, off, worker_call) loops through the Python implementation
+    (what runs without the C extension, or with RLDBG_PURE_PYTHON=1), in this run, for the ratio."""
+    saved = rldbg.span, rldbg.instant, rldbg.counter, ri.worker_call
     rldbg.span, rldbg.instant, rldbg.counter = rldbg.api.py_span, rldbg.api.py_instant, rldbg.api.py_counter
+    ri.worker_call = ri.py_worker_call
+    loops = [("span", _spans), ("instant", _instants), ("counter", _counters)]
     try:
         costs = {f"{k} (Python implementation)": _per_op_ns(f, n, before=fresh) - base
-                 for k, f in [("span", _spans), ("instant", _instants), ("counter", _counters)]}
+                 for k, f in loops + ([] if fresh else [("worker_call", _worker_calls)])}
     finally:
-        rldbg.span, rldbg.instant, rldbg.counter = saved
+        rldbg.span, rldbg.instant, rldbg.counter, ri.worker_call = saved
     return {"on" if fresh else "off": costs}
 
 
@@ -441,7 +443,7 @@ def main() -> None:
     ap.add_argument("--shipped", type=int, default=200_000, help="spans for the end-to-end figure (0: skip)")
     a = ap.parse_args()
     c = recording_costs(a.ops)
-    print(f"per-event recording cost, ns (best of 5 runs, loop overhead subtracted); span/instant/counter run in "
+    print(f"per-event recording cost, ns (best of 5 runs, loop overhead subtracted); span/instant/counter/worker_call run in "
           f"{rldbg.api.IMPLEMENTATION.upper()} (rldbg.fastpath; RLDBG_PURE_PYTHON=1 for Python):")
     for mode in ("off", "on"):
         for k, v in c[mode].items():

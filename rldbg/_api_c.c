@@ -33,6 +33,7 @@ typedef struct {
     char on;
     char looked_up;
     PyObject *recorder;   /* NULL reads as None */
+    double last_lookup;   /* time.monotonic() of the last look for a collector */
 } StateBase;
 
 static int state_traverse(StateBase *self, visitproc visit, void *arg) {
@@ -55,6 +56,7 @@ static PyMemberDef state_members[] = {
     {"on", T_BOOL, offsetof(StateBase, on), 0, "tracing records in this process"},
     {"looked_up", T_BOOL, offsetof(StateBase, looked_up), 0, "this process looked for a collector"},
     {"recorder", T_OBJECT, offsetof(StateBase, recorder), 0, "the Recorder events go to, or None"},
+    {"last_lookup", T_DOUBLE, offsetof(StateBase, last_lookup), 0, "time.monotonic() of the last lookup"},
     {NULL}
 };
 
@@ -75,6 +77,7 @@ static PyTypeObject StateBaseType = {
 
 static StateBase *g_state;     /* rldbg.trace.runtime.STATE */
 static PyObject *g_ctx;        /* rldbg.context.current() */
+static PyObject *g_ctx_dict;   /* its __dict__, where reading/writing it is plain attribute access; else NULL */
 static PyObject *g_off;        /* rldbg.api._OFF: name -> shared off span */
 static PyObject *g_py_span, *g_py_instant, *g_py_counter;   /* the Python implementations */
 static PyObject *g_lookup;     /* rldbg.trace.runtime.lookup */
@@ -85,6 +88,23 @@ static PyObject *s_buf, *s_capacity, *s_dropped, *s_append, *s_role, *s_rank, *s
     *s_error, *s_name, *s_kw_name, *s_X, *s_i, *s_C, *s_user;
 
 #define READY() (g_state != NULL)
+
+/* ctx.<key>, new reference. The Context is a plain object mutated in place on every call, so its
+ * instance dict is read directly when bind() was given it (no descriptors, no custom getattr). */
+static PyObject *ctx_get(PyObject *key) {
+    if (g_ctx_dict != NULL) {
+        PyObject *v = PyDict_GetItemWithError(g_ctx_dict, key);
+        if (v != NULL)
+            return Py_NewRef(v);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    return PyObject_GetAttr(g_ctx, key);
+}
+
+static int ctx_set(PyObject *key, PyObject *v) {
+    return g_ctx_dict != NULL ? PyDict_SetItem(g_ctx_dict, key, v) : PyObject_SetAttr(g_ctx, key, v);
+}
 
 /* time.time_ns(): the same clock (CLOCK_REALTIME), read without a Python call. */
 static PyObject *now_ns(void) {
@@ -118,8 +138,8 @@ static PyObject *user_event(PyObject *ph, PyObject *name, PyObject *ts, PyObject
     PyObject *role = NULL, *rank = NULL, *step = NULL, *method = NULL, *tup = NULL;
     if (ts == NULL || dur == NULL)
         goto done;
-    if (!(role = PyObject_GetAttr(g_ctx, s_role)) || !(rank = PyObject_GetAttr(g_ctx, s_rank))
-        || !(step = PyObject_GetAttr(g_ctx, s_step)) || !(method = PyObject_GetAttr(g_ctx, s_method)))
+    if (!(role = ctx_get(s_role)) || !(rank = ctx_get(s_rank)) || !(step = ctx_get(s_step))
+        || !(method = ctx_get(s_method)))
         goto done;
     if (!(tup = PyTuple_New(11)))
         goto done;
@@ -420,15 +440,264 @@ static PyObject *c_counter(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
+
+/* ---- worker_call: the hook around every registered call on a rank ------------------------------
+ *
+ * rldbg.instrument.worker_call subclasses this type. Here: its fields, and its __enter__/__exit__
+ * as far as tracing off and no profiling go (label the context, remember it, put it back); with
+ * tracing on or RLDBG_PROFILE set they call the subclass's _begin/_end (Python), as the Python
+ * implementation does. Same steps, same order as instrument.py's Python worker_call. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *role, *rank, *method, *step, *tag;   /* CallScope's fields, and the driver call's tag */
+    PyObject *prev[5];                              /* the context before: role, rank, method, step, flow_id */
+    PyObject *t0, *m0, *prof;                       /* what _begin sets while tracing/profiling */
+} WorkerCall;
+
+static PyObject *g_apply_specs;    /* instrument._apply_live_specs */
+static PyObject *g_specs_seen;     /* instrument._specs_seen: [version of the specs applied] */
+static PyObject *g_environ;        /* raw environ, and the RLDBG_PROFILE key in it */
+static PyObject *g_profile_key;
+static double g_recheck_s;
+static PyObject *s_flow_id, *s_specs, *s_traced, *s_begin, *s_end, *s_session, *g_zero;
+static PyObject **g_prev_keys[5] = {&s_role, &s_rank, &s_method, &s_step, &s_flow_id};
+
+static void wc_clear_prev(WorkerCall *self) {
+    for (int i = 0; i < 5; i++)
+        Py_CLEAR(self->prev[i]);
+}
+
+/* Not a GC type, like Span: one lives for one call. */
+static void wc_dealloc(WorkerCall *self) {
+    Py_XDECREF(self->role); Py_XDECREF(self->rank); Py_XDECREF(self->method); Py_XDECREF(self->step);
+    Py_XDECREF(self->tag); Py_XDECREF(self->t0); Py_XDECREF(self->m0); Py_XDECREF(self->prof);
+    wc_clear_prev(self);
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free((PyObject *)self);
+}
+
+static int wc_init(WorkerCall *self, PyObject *args, PyObject *kw) {
+    static char *names[] = {"role", "rank", "method", "tag", NULL};
+    PyObject *role, *rank, *method, *tag;
+    if (kw == NULL && PyTuple_GET_SIZE(args) == 4) {
+        role = PyTuple_GET_ITEM(args, 0); rank = PyTuple_GET_ITEM(args, 1);
+        method = PyTuple_GET_ITEM(args, 2); tag = PyTuple_GET_ITEM(args, 3);
+    } else if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO:worker_call", names, &role, &rank, &method, &tag)) {
+        return -1;
+    }
+    Py_XSETREF(self->role, Py_NewRef(role));
+    Py_XSETREF(self->rank, Py_NewRef(rank));
+    Py_XSETREF(self->method, Py_NewRef(method));
+    Py_XSETREF(self->tag, Py_NewRef(tag));
+    return 0;
+}
+
+static double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);   /* time.monotonic()'s clock on Linux and macOS */
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* lookup() or lookup(session=traced): is this process traced now? -1 on error. */
+static int wc_lookup(PyObject *traced) {
+    PyObject *r;
+    if (traced == NULL) {
+        r = PyObject_CallNoArgs(g_lookup);
+    } else {
+        PyObject *kwn = PyTuple_Pack(1, s_session);
+        if (kwn == NULL)
+            return -1;
+        PyObject *argv[1] = {traced};
+        r = PyObject_Vectorcall(g_lookup, argv, 0, kwn);
+        Py_DECREF(kwn);
+    }
+    if (r == NULL)
+        return -1;
+    int on = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return on;
+}
+
+/* The tag's part of __enter__: step and flow id into the context, live breakpoint specs, and a
+ * first look for the collector of a trace that started after this actor did. */
+static int wc_enter_tag(PyObject *tag, int *on) {
+    PyObject *v = PyObject_GetAttr(tag, s_step);
+    if (v == NULL)
+        return -1;
+    int rc = ctx_set(s_step, v);
+    Py_DECREF(v);
+    if (rc < 0 || !(v = PyObject_GetAttr(tag, s_flow_id)))
+        return -1;
+    rc = ctx_set(s_flow_id, v);
+    Py_DECREF(v);
+    if (rc < 0 || !(v = PyObject_GetAttr(tag, s_specs)))
+        return -1;
+    int truthy = PyObject_IsTrue(v);
+    if (truthy > 0) {
+        PyObject *first = PySequence_GetItem(v, 0);
+        PyObject *seen = first ? PySequence_GetItem(g_specs_seen, 0) : NULL;
+        int same = seen ? PyObject_RichCompareBool(first, seen, Py_EQ) : -1;
+        Py_XDECREF(first);
+        Py_XDECREF(seen);
+        PyObject *r = same == 0 ? PyObject_CallOneArg(g_apply_specs, v) : NULL;
+        Py_XDECREF(r);
+        if (same < 0 || (same == 0 && r == NULL)) {
+            Py_DECREF(v);
+            return -1;
+        }
+    }
+    Py_DECREF(v);
+    if (truthy < 0)
+        return -1;
+    if (!*on) {
+        if (!(v = PyObject_GetAttr(tag, s_traced)))
+            return -1;
+        truthy = PyObject_IsTrue(v);
+        if (truthy > 0)
+            *on = wc_lookup(v);
+        Py_DECREF(v);
+        if (truthy < 0 || *on < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *wc_enter(WorkerCall *self, PyObject *unused) {
+    wc_clear_prev(self);
+    for (int i = 0; i < 5; i++)
+        if (!(self->prev[i] = ctx_get(*g_prev_keys[i])))
+            return NULL;
+    if (ctx_set(s_role, self->role) < 0 || ctx_set(s_rank, self->rank) < 0 || ctx_set(s_method, self->method) < 0)
+        return NULL;
+    int on = g_state->on;
+    if (self->tag != Py_None) {
+        if (wc_enter_tag(self->tag, &on) < 0)
+            return NULL;
+    } else if (!on && monotonic_s() - g_state->last_lookup >= g_recheck_s) {
+        if ((on = wc_lookup(NULL)) < 0)   /* untagged: a slow re-check */
+            return NULL;
+    }
+    PyObject *step = ctx_get(s_step);
+    if (step == NULL)
+        return NULL;
+    Py_XSETREF(self->step, step);
+    Py_XSETREF(self->t0, Py_NewRef(g_zero));
+    Py_CLEAR(self->prof);
+    int profiling = on ? 0 : PySequence_Contains(g_environ, g_profile_key);
+    if (profiling < 0)
+        return NULL;
+    if (on || profiling) {
+        PyObject *r = PyObject_CallMethodOneArg((PyObject *)self, s_begin, on ? Py_True : Py_False);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    return Py_NewRef(self);
+}
+
+static PyObject *wc_exit(WorkerCall *self, PyObject *const *a, Py_ssize_t n) {
+    if (n != 3) {
+        PyErr_SetString(PyExc_TypeError, "__exit__ takes 3 arguments");
+        return NULL;
+    }
+    int t0 = self->t0 != NULL ? PyObject_IsTrue(self->t0) : 0;
+    if (t0 < 0)
+        return NULL;
+    if (t0 || (self->prof != NULL && self->prof != Py_None)) {
+        PyObject *r = PyObject_VectorcallMethod(s_end, (PyObject *[]){(PyObject *)self, a[0], a[1], a[2]},
+                                                4, NULL);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    } else {
+        for (int i = 0; i < 5; i++)
+            if (self->prev[i] != NULL && ctx_set(*g_prev_keys[i], self->prev[i]) < 0)
+                return NULL;
+    }
+    Py_RETURN_FALSE;
+}
+
+static PyObject *wc_get_prev(WorkerCall *self, void *unused) {
+    PyObject *t = PyTuple_New(5);
+    if (t == NULL)
+        return NULL;
+    for (int i = 0; i < 5; i++)
+        PyTuple_SET_ITEM(t, i, Py_NewRef(self->prev[i] ? self->prev[i] : Py_None));
+    return t;
+}
+
+static PyMethodDef wc_methods[] = {
+    {"__enter__", (PyCFunction)wc_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))wc_exit, METH_FASTCALL, NULL},
+    {NULL}
+};
+
+static PyMemberDef wc_members[] = {
+    {"role", T_OBJECT, offsetof(WorkerCall, role), 0, NULL},
+    {"rank", T_OBJECT, offsetof(WorkerCall, rank), 0, NULL},
+    {"method", T_OBJECT, offsetof(WorkerCall, method), 0, NULL},
+    {"step", T_OBJECT, offsetof(WorkerCall, step), 0, NULL},
+    {"tag", T_OBJECT, offsetof(WorkerCall, tag), 0, NULL},
+    {"t0", T_OBJECT, offsetof(WorkerCall, t0), 0, NULL},
+    {"m0", T_OBJECT, offsetof(WorkerCall, m0), 0, NULL},
+    {"prof", T_OBJECT, offsetof(WorkerCall, prof), 0, NULL},
+    {NULL}
+};
+
+static PyGetSetDef wc_getset[] = {
+    {"prev", (getter)wc_get_prev, NULL, "the context before the call: (role, rank, method, step, flow_id)", NULL},
+    {NULL}
+};
+
+static PyTypeObject WorkerCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rldbg._api_c.WorkerCall",
+    .tp_basicsize = sizeof(WorkerCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Base of rldbg.instrument.worker_call: its fields, __enter__ and __exit__ in C.",
+    .tp_dealloc = (destructor)wc_dealloc,
+    .tp_init = (initproc)wc_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = wc_methods,
+    .tp_members = wc_members,
+    .tp_getset = wc_getset,
+};
+
+static PyObject *c_bind_worker_call(PyObject *mod, PyObject *args, PyObject *kw) {
+    static char *names[] = {"apply_specs", "specs_seen", "environ", "profile_key", "recheck_s", NULL};
+    PyObject *ap, *seen, *env, *key;
+    double recheck;
+    if (!READY()) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_worker_call: bind() first");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!OOd:bind_worker_call", names, &ap, &PyList_Type, &seen, &env,
+                                     &key, &recheck))
+        return NULL;
+    Py_XSETREF(g_apply_specs, Py_NewRef(ap));
+    Py_XSETREF(g_specs_seen, Py_NewRef(seen));
+    Py_XSETREF(g_environ, Py_NewRef(env));
+    Py_XSETREF(g_profile_key, Py_NewRef(key));
+    g_recheck_s = recheck;
+    Py_RETURN_NONE;
+}
+
 /* ---- binding -------------------------------------------------------------------------------- */
 
 static PyObject *c_bind(PyObject *mod, PyObject *args, PyObject *kw) {
-    static char *names[] = {"state", "ctx", "off", "span", "instant", "counter", "lookup", "decorate", NULL};
-    PyObject *st, *ctx, *off, *sp, *in, *co, *lk, *dec;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OO!OOOOO:bind", names, &StateBaseType, &st, &ctx, &PyDict_Type,
-                                     &off, &sp, &in, &co, &lk, &dec))
+    static char *names[] = {"state", "ctx", "ctx_dict", "off", "span", "instant", "counter", "lookup", "decorate",
+                            NULL};
+    PyObject *st, *ctx, *ctxd, *off, *sp, *in, *co, *lk, *dec;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO!OOOOO:bind", names, &StateBaseType, &st, &ctx, &ctxd,
+                                     &PyDict_Type, &off, &sp, &in, &co, &lk, &dec))
         return NULL;
+    if (ctxd != Py_None && !PyDict_CheckExact(ctxd)) {
+        PyErr_SetString(PyExc_TypeError, "bind: ctx_dict must be the context's __dict__ or None");
+        return NULL;
+    }
     Py_XSETREF(g_ctx, Py_NewRef(ctx));
+    Py_XSETREF(g_ctx_dict, ctxd == Py_None ? NULL : Py_NewRef(ctxd));
     Py_XSETREF(g_off, Py_NewRef(off));
     Py_XSETREF(g_py_span, Py_NewRef(sp));
     Py_XSETREF(g_py_instant, Py_NewRef(in));
@@ -468,8 +737,11 @@ static PyMethodDef module_methods[] = {
      "counter($module, name, **values)\n--\n\n"
      "One sample of numeric series `values` on the counter track \"rank N <name> <series>\"."},
     {"bind", (PyCFunction)(void (*)(void))c_bind, METH_VARARGS | METH_KEYWORDS,
-     "bind(state, ctx, off, span, instant, counter, lookup, decorate)\n"
+     "bind(state, ctx, ctx_dict, off, span, instant, counter, lookup, decorate)\n"
      "Give the hot paths the process state and the Python implementation they defer to."},
+    {"bind_worker_call", (PyCFunction)(void (*)(void))c_bind_worker_call, METH_VARARGS | METH_KEYWORDS,
+     "bind_worker_call(apply_specs, specs_seen, environ, profile_key, recheck_s)\n"
+     "Give WorkerCall what rldbg.instrument's worker_call reads."},
     {"set_clock", (PyCFunction)c_set_clock, METH_O,
      "set_clock(fn)\nTimestamps from fn() instead of CLOCK_REALTIME (None: back to the clock)."},
     {NULL}
@@ -486,13 +758,17 @@ static int intern(PyObject **slot, const char *s) {
 }
 
 PyMODINIT_FUNC PyInit__api_c(void) {
-    if (PyType_Ready(&StateBaseType) < 0 || PyType_Ready(&SpanType) < 0)
+    if (PyType_Ready(&StateBaseType) < 0 || PyType_Ready(&SpanType) < 0 || PyType_Ready(&WorkerCallType) < 0)
+        return NULL;
+    if (!(g_zero = PyLong_FromLong(0)))
         return NULL;
     if (intern(&s_buf, "buf") || intern(&s_capacity, "capacity") || intern(&s_dropped, "dropped")
         || intern(&s_append, "append") || intern(&s_role, "role") || intern(&s_rank, "rank")
         || intern(&s_step, "step") || intern(&s_method, "method") || intern(&s_error, "error")
         || intern(&s_name, "__name__") || intern(&s_kw_name, "name") || intern(&s_X, "X") || intern(&s_i, "i") || intern(&s_C, "C")
-        || intern(&s_user, "user"))
+        || intern(&s_user, "user") || intern(&s_flow_id, "flow_id") || intern(&s_specs, "specs")
+        || intern(&s_traced, "traced") || intern(&s_begin, "_begin") || intern(&s_end, "_end")
+        || intern(&s_session, "session"))
         return NULL;
 #ifdef _WIN32
     if (c_set_clock(NULL, Py_None) == NULL)
@@ -502,7 +778,8 @@ PyMODINIT_FUNC PyInit__api_c(void) {
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "StateBase", (PyObject *)&StateBaseType) < 0
-        || PyModule_AddObjectRef(m, "Span", (PyObject *)&SpanType) < 0) {
+        || PyModule_AddObjectRef(m, "Span", (PyObject *)&SpanType) < 0
+        || PyModule_AddObjectRef(m, "WorkerCall", (PyObject *)&WorkerCallType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

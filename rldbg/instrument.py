@@ -44,7 +44,8 @@ from rldbg.control import gate as _gate
 from rldbg.memory.probes import sample as _mem_sample
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
 from rldbg.profilers.torch_prof import profile_call as _profile_call
-from rldbg.sentinel import CallScope as _CallScope
+from rldbg.fastpath import C as _C
+from rldbg.sentinel import CallChecks as _CallChecks, CallScope as _CallScope
 from rldbg.environ import env as _env, raw_environ
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import (FREES, LOADS, driver_call_event, instant_event, ledger_event, memory_event,
@@ -238,15 +239,47 @@ def _ray_node() -> tuple[str, str]:
     return "", ""
 
 
-class worker_call(_CallScope):  # noqa: N801 - used as a function: `with worker_call(...) as scope:`
-    """`with worker_call(role, rank, method, tag) as scope:` this rank serves `method` for the driver
-    call `tag` (None for an untagged call): one span on role/rank's track joined to the driver's
-    send/recv, memory before and after; user spans and breakpoints inside see role/rank/step/method.
-    `scope` is an rldbg.sentinel.CallScope: pass it the call's result (.returned) or error (.raised).
+class _WorkerCallPaths:
+    """worker_call's paths while tracing or profiling (_begin/_end), shared by its C and Python
+    implementations: __enter__/__exit__ call them only then."""
 
-    A class rather than a generator-based context manager because every registered call passes
-    through it: with tracing off it costs a few attribute stores and flag checks
-    (bench/bench_trace.py measures it)."""
+    __slots__ = ()
+
+    def _begin(self, on: bool) -> None:
+        if _env(switches.PROFILE) is not None:       # torch.profiler, when RLDBG_PROFILE selects this call
+            self.prof = _profile_call(self.role, self.rank, self.method, self.step)
+            self.prof.__enter__()                    # operator slices nest in this call's span
+        if on:
+            self.m0 = _mem_sample()
+            self.t0 = _now()
+            _rt.emit(memory_event(self.t0, self.role, self.rank, self.step, self.method, self.m0))
+
+    def _end(self, et, ev, tb) -> None:
+        try:
+            if self.prof is not None:
+                self.prof.__exit__(et, ev, tb)
+            if self.t0 and _STATE.on:
+                t1 = _now()
+                m1 = _mem_sample()
+                tag = self.tag
+                flow = tag.flow_id if tag is not None else None
+                args = {"role": self.role, "rank": self.rank, "step": self.step, "method": self.method,
+                        "flow": flow, "group": tag.group if tag is not None else None,
+                        "mem_before": _mem_value(self.m0), "mem_after": _mem_value(m1)}
+                if et is not None:
+                    args["status"] = f"error: {et.__name__}"
+                _rt.emit(slice_event("call", self.method, self.t0, t1 - self.t0, self.role, self.rank, self.step,
+                                     self.method, flow, args))
+                _rt.emit(memory_event(t1, self.role, self.rank, self.step, self.method, m1))
+        finally:
+            ctx = _CTX
+            ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = self.prev
+
+
+class _PyWorkerCall(_WorkerCallPaths, _CallScope):
+    """worker_call in Python (no C extension, or RLDBG_PURE_PYTHON=1); rldbg/_api_c.c's WorkerCall
+    takes the same steps in the same order. A class rather than a generator-based context manager:
+    tracing off, it costs a few attribute stores and flag checks."""
 
     __slots__ = ("tag", "prev", "t0", "m0", "prof")
 
@@ -272,15 +305,6 @@ class worker_call(_CallScope):  # noqa: N801 - used as a function: `with worker_
             self._begin(on)
         return self
 
-    def _begin(self, on: bool) -> None:
-        if _env(switches.PROFILE) is not None:       # torch.profiler, when RLDBG_PROFILE selects this call
-            self.prof = _profile_call(self.role, self.rank, self.method, self.step)
-            self.prof.__enter__()                    # operator slices nest in this call's span
-        if on:
-            self.m0 = _mem_sample()
-            self.t0 = _now()
-            _rt.emit(memory_event(self.t0, self.role, self.rank, self.step, self.method, self.m0))
-
     def __exit__(self, et, ev, tb):
         if self.t0 or self.prof is not None:
             self._end(et, ev, tb)
@@ -289,26 +313,20 @@ class worker_call(_CallScope):  # noqa: N801 - used as a function: `with worker_
             ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = self.prev
         return False
 
-    def _end(self, et, ev, tb) -> None:
-        try:
-            if self.prof is not None:
-                self.prof.__exit__(et, ev, tb)
-            if self.t0 and _STATE.on:
-                t1 = _now()
-                m1 = _mem_sample()
-                tag = self.tag
-                flow = tag.flow_id if tag is not None else None
-                args = {"role": self.role, "rank": self.rank, "step": self.step, "method": self.method,
-                        "flow": flow, "group": tag.group if tag is not None else None,
-                        "mem_before": _mem_value(self.m0), "mem_after": _mem_value(m1)}
-                if et is not None:
-                    args["status"] = f"error: {et.__name__}"
-                _rt.emit(slice_event("call", self.method, self.t0, t1 - self.t0, self.role, self.rank, self.step,
-                                     self.method, flow, args))
-                _rt.emit(memory_event(t1, self.role, self.rank, self.step, self.method, m1))
-        finally:
-            ctx = _CTX
-            ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = self.prev
+
+class worker_call(*((_WorkerCallPaths, _CallChecks, _C.WorkerCall) if _C is not None else (_PyWorkerCall,))):  # noqa: N801
+    """`with worker_call(role, rank, method, tag) as scope:` this rank serves `method` for the driver
+    call `tag` (None for an untagged call): one span on role/rank's track joined to the driver's
+    send/recv, memory before and after; user spans and breakpoints inside see role/rank/step/method.
+    `scope` carries role/rank/method/step and rldbg.sentinel's checks: pass it the call's result
+    (.returned) or error (.raised). Used as a function; every registered call passes through it, so
+    its enter and exit run in C where rldbg/_api_c.c is built (rldbg.fastpath), else _PyWorkerCall's
+    (bench/bench_trace.py measures both)."""
+
+    __slots__ = ()
+
+
+py_worker_call = _PyWorkerCall   # the Python implementation, for tests and benches
 
 
 _specs_seen = [0]
@@ -319,6 +337,10 @@ def _apply_live_specs(specs: tuple) -> None:
 
     set_active_specs(list(specs[1]))
     _specs_seen[0] = specs[0]
+
+
+if _C is not None:
+    _C.bind_worker_call(_apply_live_specs, _specs_seen, _ENVIRON, _PROFILE_KEY, _rt.RECHECK_S)
 
 
 def _categories(what, kw: str) -> tuple:

@@ -159,13 +159,12 @@ def post_mortem_on() -> bool:
 
 # ---- hooks ----------------------------------------------------------------------------------
 
-class CallScope:
-    """One registered call on a rank, as rldbg.instrument.worker_call yields it."""
+class CallChecks:
+    """What a registered call's scope checks: its output (returned) and its error (raised). Reads
+    role, rank, method and step from the scope: CallScope below, or rldbg.instrument.worker_call
+    itself (whose fields live in C where rldbg/_api_c.c is built)."""
 
-    __slots__ = ("role", "rank", "method", "step")
-
-    def __init__(self, role: str, rank, method: str, step):
-        self.role, self.rank, self.method, self.step = role, rank, method, step
+    __slots__ = ()
 
     def returned(self, out, args=(), kwargs=None):
         """Check the call's output; warn or raise NonFinite (mode), saving inputs and output."""
@@ -186,6 +185,15 @@ class CallScope:
             print(f"rldbg: {self.role} rank {self.rank} {self.method} failed; inputs and error saved to {saved}",
                   file=sys.stderr, flush=True)
         return saved
+
+
+class CallScope(CallChecks):
+    """One registered call on a rank, as rldbg.instrument.worker_call yields it."""
+
+    __slots__ = ("role", "rank", "method", "step")
+
+    def __init__(self, role: str, rank, method: str, step):
+        self.role, self.rank, self.method, self.step = role, rank, method, step
 
 
 def check_merged(role: str, method: str, step, result, args=(), kwargs=None):

@@ -21,7 +21,7 @@ T = 1_700_000_000_000_000_000
 
 
 @pytest.fixture
-def state():
+def state(monkeypatch):
     """Tracing on into an in-process Recorder, on a clock that always reads T (dur 0), so that
     both implementations' events compare exactly."""
     st, ctx = runtime.STATE, current()
@@ -29,6 +29,8 @@ def state():
     saved_ctx = (ctx.role, ctx.rank, ctx.step, ctx.method)
     st.on, st.looked_up, st.recorder, st.last_lookup = True, True, Recorder(1000), time.monotonic()
     api.set_clock(lambda: T)
+    from rldbg import instrument
+    monkeypatch.setattr(instrument, "_now", lambda: T)   # worker calls' own timestamps (Python in both)
     yield st
     api.set_clock(time.time_ns)
     st.on, st.looked_up, st.recorder, st.last_lookup = saved
@@ -123,3 +125,75 @@ def test_the_c_paths_are_built_here_and_the_switch_turns_them_off():
     # on in Python, so this is what tells a silently missing build apart from a working one.
     assert _implementation(RLDBG_PURE_PYTHON="") == "c builtin_function_or_method"
     assert _implementation(RLDBG_PURE_PYTHON="1") == "python function"
+
+
+def _calls(worker_call, state, seen):
+    """Worker calls through either implementation: the context seen inside and after each, the
+    scope's fields, and what was recorded (memory samples reduced to their names)."""
+    from rldbg import instrument as ri
+    ctx, out = current(), []
+    ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = "driver", 0, None, None, None
+
+    def where():
+        return (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id)
+    state.on, state.recorder = False, None
+    with worker_call("actor", 1, "generate", None) as scope:           # off, untagged
+        out.append((where(), scope.role, scope.rank, scope.method, scope.step, scope.t0))
+    out.append(where())
+    tag = ri.CallTag(flow_id=11, group="actor", method="update", step=4)
+    with worker_call("actor", 1, "update", tag) as scope:               # off, tagged
+        out.append((where(), scope.step, scope.prev))
+    out.append(where())
+    live = ri.CallTag(flow_id=12, group="actor", method="update", step=5, specs=(seen + 1, ()))
+    with worker_call("actor", 1, "update", live):                        # live breakpoint specs: applied once
+        out.append(ri._specs_seen[0])
+    state.on, state.recorder = True, Recorder(1000)
+    try:
+        with worker_call(role="critic", rank=0, method="values", tag=tag):   # on, by keyword, failing
+            rldbg.instant("inside")
+            raise ValueError("bad")
+    except ValueError:
+        out.append(where())
+    for e in state.recorder.buf:
+        args = e[10]
+        if e[1] == "memory":
+            args = sorted(args)
+        elif e[1] == "call":
+            args = {k: v for k, v in args.items() if not k.startswith("mem_")}
+        out.append(e[:10] + (args,))
+    return out
+
+
+def test_worker_call_in_c_labels_restores_and_records_what_python_does(state):
+    from rldbg import instrument as ri
+    seen = ri._specs_seen[0]
+    try:
+        c = _calls(ri.worker_call, state, seen)
+        ri._specs_seen[0] = seen
+        py = _calls(ri.py_worker_call, state, seen)
+    finally:
+        ri._specs_seen[0] = seen
+    assert ri.worker_call.__mro__[-2].__name__ == "WorkerCall"   # the C one was measured, not Python twice
+    assert c == py
+    assert c[0] == (("actor", 1, "generate", None, None), "actor", 1, "generate", None, 0)
+    assert c[2] == (("actor", 1, "update", 4, 11), 4, ("driver", 0, None, None, None))
+    assert c[4] == seen + 1
+    names = [(e[0], e[1], e[2]) for e in c[6:]]
+    assert names == [("C", "memory", "memory"), ("i", "user", "inside"), ("X", "call", "values"),
+                     ("C", "memory", "memory")]
+    assert c[8][10]["status"] == "error: ValueError" and c[8][9] == 11
+
+
+@pytest.mark.parametrize("impl", ["c", "python"])
+def test_an_untagged_worker_call_looks_for_the_collector_again_only_after_recheck_s(state, impl):
+    from rldbg import instrument as ri
+    worker_call = ri.worker_call if impl == "c" else ri.py_worker_call
+    state.on, state.recorder = False, None
+    state.last_lookup = recent = time.monotonic() - runtime.RECHECK_S / 2
+    with worker_call("actor", 0, "m", None):
+        pass
+    assert state.last_lookup == recent                 # looked recently: no look
+    state.last_lookup = time.monotonic() - runtime.RECHECK_S - 1
+    with worker_call("actor", 0, "m", None):
+        pass
+    assert state.last_lookup > recent                  # a slow re-check looked again (nothing found)

@@ -19,10 +19,11 @@ from rldbg.trace.recorder import Recorder
 def tracing_state(request, monkeypatch):
     """Tracing off, as in a process that looked for a collector and found none; yields a function
     that turns recording on into a real in-process Recorder (nothing shipped). Runs each test with
-    rldbg.span/instant/counter in C (rldbg/_api_c.c) and in Python (rldbg.api's own)."""
+    rldbg.span/instant/counter and instrument.worker_call in C (rldbg/_api_c.c) and in Python."""
     if request.param == "python":
         for name in ("span", "instant", "counter"):
             monkeypatch.setattr(rldbg, name, getattr(rldbg.api, "py_" + name))
+        monkeypatch.setattr(ri, "worker_call", ri.py_worker_call)
     elif rldbg.api.IMPLEMENTATION != "c":
         pytest.fail("the C hot paths are not in use here (rldbg.fastpath); tests/test_api_c.py says why")
     st = runtime.STATE

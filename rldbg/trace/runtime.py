@@ -24,10 +24,10 @@ else:
         on = False             # the one flag every hot path reads
         looked_up = False
         recorder: Recorder | None = None
+        last_lookup = 0.0
 
 
 class _State(_Flags):
-    last_lookup = 0.0
     session_seen = 0           # the newest driver trace session a call told us about
     shipper: Shipper | None = None
     sampler = None
