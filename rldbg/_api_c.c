@@ -493,10 +493,29 @@ static int wc_init(WorkerCall *self, PyObject *args, PyObject *kw) {
     return 0;
 }
 
+/* time.monotonic(), which last_lookup was set from. Read directly on Linux, where it is
+ * CLOCK_MONOTONIC; elsewhere Python's clock may be another one (macOS: mach_absolute_time). */
 static double monotonic_s(void) {
+#ifdef __linux__
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);   /* time.monotonic()'s clock on Linux and macOS */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+#else
+    static PyObject *fn;
+    if (fn == NULL) {
+        PyObject *time = PyImport_ImportModule("time");
+        fn = time ? PyObject_GetAttrString(time, "monotonic") : NULL;
+        Py_XDECREF(time);
+    }
+    PyObject *r = fn ? PyObject_CallNoArgs(fn) : NULL;
+    double v = r ? PyFloat_AsDouble(r) : -1.0;
+    Py_XDECREF(r);
+    if (v < 0) {
+        PyErr_Clear();
+        return 1e300;   /* no clock: re-check, as a process that never looked does */
+    }
+    return v;
+#endif
 }
 
 /* lookup() or lookup(session=traced): is this process traced now? -1 on error. */
@@ -664,17 +683,53 @@ static PyTypeObject WorkerCallType = {
     .tp_getset = wc_getset,
 };
 
+/* worker_call(role, rank, method, tag) without type_call's argument tuple and __init__ parsing:
+ * installed as the vectorcall of the one subclass bind_worker_call() is given (a class called on
+ * every registered call). Any other call shape goes through type_call as usual. */
+static PyObject *wc_vectornew(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != 4 || kwnames != NULL) {
+        PyObject *tuple = PyTuple_New(n), *kw = NULL, *r = NULL;
+        if (tuple == NULL)
+            return NULL;
+        for (Py_ssize_t i = 0; i < n; i++)
+            PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+        int err = 0;
+        kw = kwargs_dict(args, n, kwnames, &err);
+        if (!err)
+            r = PyType_Type.tp_call(type, tuple, kw);
+        Py_DECREF(tuple);
+        Py_XDECREF(kw);
+        return r;
+    }
+    WorkerCall *self = (WorkerCall *)((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, 0);
+    if (self == NULL)
+        return NULL;
+    self->role = Py_NewRef(args[0]);
+    self->rank = Py_NewRef(args[1]);
+    self->method = Py_NewRef(args[2]);
+    self->tag = Py_NewRef(args[3]);
+    return (PyObject *)self;
+}
+
 static PyObject *c_bind_worker_call(PyObject *mod, PyObject *args, PyObject *kw) {
-    static char *names[] = {"apply_specs", "specs_seen", "environ", "profile_key", "recheck_s", NULL};
-    PyObject *ap, *seen, *env, *key;
+    static char *names[] = {"cls", "apply_specs", "specs_seen", "environ", "profile_key", "recheck_s", NULL};
+    PyObject *cls, *ap, *seen, *env, *key;
     double recheck;
     if (!READY()) {
         PyErr_SetString(PyExc_RuntimeError, "bind_worker_call: bind() first");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!OOd:bind_worker_call", names, &ap, &PyList_Type, &seen, &env,
-                                     &key, &recheck))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OO!OOd:bind_worker_call", names, &PyType_Type, &cls, &ap,
+                                     &PyList_Type, &seen, &env, &key, &recheck))
         return NULL;
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    if (!PyType_IsSubtype(tp, &WorkerCallType) || tp->tp_init != WorkerCallType.tp_init
+        || tp->tp_new != WorkerCallType.tp_new) {
+        PyErr_SetString(PyExc_TypeError, "bind_worker_call: cls must subclass WorkerCall without __init__/__new__");
+        return NULL;
+    }
+    tp->tp_vectorcall = wc_vectornew;
     Py_XSETREF(g_apply_specs, Py_NewRef(ap));
     Py_XSETREF(g_specs_seen, Py_NewRef(seen));
     Py_XSETREF(g_environ, Py_NewRef(env));
@@ -740,7 +795,7 @@ static PyMethodDef module_methods[] = {
      "bind(state, ctx, ctx_dict, off, span, instant, counter, lookup, decorate)\n"
      "Give the hot paths the process state and the Python implementation they defer to."},
     {"bind_worker_call", (PyCFunction)(void (*)(void))c_bind_worker_call, METH_VARARGS | METH_KEYWORDS,
-     "bind_worker_call(apply_specs, specs_seen, environ, profile_key, recheck_s)\n"
+     "bind_worker_call(cls, apply_specs, specs_seen, environ, profile_key, recheck_s)\n"
      "Give WorkerCall what rldbg.instrument's worker_call reads."},
     {"set_clock", (PyCFunction)c_set_clock, METH_O,
      "set_clock(fn)\nTimestamps from fn() instead of CLOCK_REALTIME (None: back to the clock)."},

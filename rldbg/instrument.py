@@ -340,7 +340,7 @@ def _apply_live_specs(specs: tuple) -> None:
 
 
 if _C is not None:
-    _C.bind_worker_call(_apply_live_specs, _specs_seen, _ENVIRON, _PROFILE_KEY, _rt.RECHECK_S)
+    _C.bind_worker_call(worker_call, _apply_live_specs, _specs_seen, _ENVIRON, _PROFILE_KEY, _rt.RECHECK_S)
 
 
 def _categories(what, kw: str) -> tuple:
