@@ -8,7 +8,8 @@ the shipper's packing and sending together), export speed for N events (default 
 spill directory, and `rldbg report` (a subprocess, as a user runs it) on that trace; then the
 same two for N events shaped like a reference-trainer run's (counters, transitions, call slices
 and driver calls with the args they really carry: bench/run_shaped.py). Each figure prints its
-goal (issue 12) beside it.
+goal (issue 12) beside it. Where the C hot paths are built (rldbg/_api_c.c) the recording lines
+are measured twice in the same run: as they run (C), and through the Python implementation.
 """
 from __future__ import annotations
 

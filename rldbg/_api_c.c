@@ -155,20 +155,47 @@ done:
     return NULL;
 }
 
+/* The recorder last emitted to, its buffer's bound append and its capacity: looked up once per
+ * recorder, not per event (Recorder.buf and .capacity are set once, in Recorder.__init__). The
+ * strong reference keeps the pointer comparison honest; it is dropped once tracing stops. */
+static PyObject *c_rec, *c_buf, *c_append;
+static Py_ssize_t c_cap;
+
+static void forget_recorder(void) {
+    Py_CLEAR(c_rec); Py_CLEAR(c_buf); Py_CLEAR(c_append);
+}
+
+static int cache_recorder(PyObject *rec) {
+    PyObject *buf = PyObject_GetAttr(rec, s_buf), *cap = buf ? PyObject_GetAttr(rec, s_capacity) : NULL;
+    PyObject *app = cap ? PyObject_GetAttr(buf, s_append) : NULL;
+    Py_ssize_t c = app ? PyLong_AsSsize_t(cap) : -1;
+    Py_XDECREF(cap);
+    if (app == NULL || (c == -1 && PyErr_Occurred())) {
+        Py_XDECREF(buf); Py_XDECREF(app);
+        return -1;
+    }
+    forget_recorder();
+    c_rec = Py_NewRef(rec); c_buf = buf; c_append = app; c_cap = c;
+    return 0;
+}
+
 /* Recorder.emit, inlined as rldbg.api does: append while below capacity, else count a drop.
  * Steals ev. */
 static int emit(PyObject *rec, PyObject *ev) {
-    int rc = -1;
-    PyObject *buf = NULL, *cap = NULL, *r = NULL;
+    PyObject *r = NULL;
     if (ev == NULL)
         return -1;
-    if (!(buf = PyObject_GetAttr(rec, s_buf)) || !(cap = PyObject_GetAttr(rec, s_capacity)))
-        goto done;
-    Py_ssize_t n = PyObject_Size(buf), c = PyLong_AsSsize_t(cap);
-    if (n < 0 || (c == -1 && PyErr_Occurred()))
-        goto done;
-    if (n < c) {
-        r = PyObject_CallMethodOneArg(buf, s_append, ev);
+    if (rec != c_rec && cache_recorder(rec) < 0) {
+        Py_DECREF(ev);
+        return -1;
+    }
+    Py_ssize_t n = PyObject_Size(c_buf);
+    if (n < 0) {
+        Py_DECREF(ev);
+        return -1;
+    }
+    if (n < c_cap) {
+        r = PyObject_CallOneArg(c_append, ev);
     } else {
         PyObject *d = PyObject_GetAttr(rec, s_dropped);
         if (d != NULL) {
@@ -180,16 +207,22 @@ static int emit(PyObject *rec, PyObject *ev) {
                 Py_CLEAR(r);
         }
     }
-    rc = r == NULL ? -1 : 0;
-done:
-    Py_XDECREF(r); Py_XDECREF(buf); Py_XDECREF(cap); Py_DECREF(ev);
-    return rc;
+    Py_DECREF(ev);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
 }
 
 /* The recorder to emit to, borrowed; NULL when there is none. */
 static inline PyObject *recorder(void) {
     PyObject *rec = g_state->recorder;
-    return rec == Py_None ? NULL : rec;
+    if (rec == Py_None || rec == NULL) {
+        if (c_rec != NULL)
+            forget_recorder();   /* tracing stopped: let the old recorder go */
+        return NULL;
+    }
+    return rec;
 }
 
 /* kwargs of a vectorcall as a new dict; NULL kwnames: NULL (no args), not an error. */
