@@ -106,16 +106,27 @@ static int ctx_set(PyObject *key, PyObject *v) {
     return g_ctx_dict != NULL ? PyDict_SetItem(g_ctx_dict, key, v) : PyObject_SetAttr(g_ctx, key, v);
 }
 
-/* time.time_ns(): the same clock (CLOCK_REALTIME), read without a Python call. */
-static PyObject *now_ns(void) {
+/* time.time_ns() as a C integer: the same clock (CLOCK_REALTIME), read without a Python call (or
+ * g_clock's answer where one is set). -1 with an exception set on error. */
+static long long now_raw(void) {
 #ifndef _WIN32
     if (g_clock == NULL) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+        return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
     }
 #endif
-    return PyObject_CallNoArgs(g_clock);
+    PyObject *t = PyObject_CallNoArgs(g_clock);
+    if (t == NULL)
+        return -1;
+    long long v = PyLong_AsLongLong(t);
+    Py_DECREF(t);
+    return v;
+}
+
+static PyObject *now_ns(void) {
+    long long v = now_raw();
+    return v == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(v);
 }
 
 /* Untrack an event no cycle can go through (see the module comment). */
@@ -123,8 +134,8 @@ static void untrack_if_atomic(PyObject *tup) {
     Py_ssize_t n = PyTuple_GET_SIZE(tup);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *v = PyTuple_GET_ITEM(tup, i);
-        if (!PyObject_IS_GC(v))
-            continue;
+        if (v == Py_None || PyUnicode_CheckExact(v) || PyLong_CheckExact(v) || !PyObject_IS_GC(v))
+            continue;   /* the common atomic fields first, without a call */
         if ((PyDict_CheckExact(v) || PyTuple_CheckExact(v)) && !PyObject_GC_IsTracked(v))
             continue;
         return;
@@ -275,15 +286,8 @@ static PyObject *span_enter(Span *self, PyObject *unused) {
             return NULL;
     }
     self->t0 = 0;
-    if (on) {
-        PyObject *t = now_ns();
-        if (t == NULL)
-            return NULL;
-        self->t0 = PyLong_AsLongLong(t);
-        Py_DECREF(t);
-        if (self->t0 == -1 && PyErr_Occurred())
-            return NULL;
-    }
+    if (on && (self->t0 = now_raw()) == -1 && PyErr_Occurred())
+        return NULL;
     return Py_NewRef(self);
 }
 
@@ -310,13 +314,12 @@ static PyObject *span_exit(Span *self, PyObject *const *a, Py_ssize_t n) {
         }
         Py_DECREF(tn);
     }
-    PyObject *t1 = now_ns();
-    if (t1 == NULL) {
+    long long t1 = now_raw();
+    if (t1 == -1 && PyErr_Occurred()) {
         Py_XDECREF(args);
         return NULL;
     }
-    long long dur = PyLong_AsLongLong(t1) - self->t0;
-    Py_DECREF(t1);
+    long long dur = t1 - self->t0;
     Py_INCREF(rec);   /* getting the context may run Python code that detaches */
     int rc = emit(rec, user_event(s_X, self->name, PyLong_FromLongLong(self->t0), PyLong_FromLongLong(dur), args));
     Py_DECREF(rec);
