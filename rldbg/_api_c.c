@@ -124,7 +124,7 @@ static long long now_raw(void) {
     return v;
 }
 
-static PyObject *now_ns(void) {
+static inline PyObject *now_ns(void) {   /* kept for callers that want a Python int */
     long long v = now_raw();
     return v == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(v);
 }
@@ -143,27 +143,144 @@ static void untrack_if_atomic(PyObject *tup) {
     PyObject_GC_UnTrack(tup);
 }
 
-/* (ph, "user", name, ts, dur, role, rank, step, method, None, args) with this process's context.
- * Steals ts, dur and args (args may be NULL: None). */
-static PyObject *user_event(PyObject *ph, PyObject *name, PyObject *ts, PyObject *dur, PyObject *args) {
-    PyObject *role = NULL, *rank = NULL, *step = NULL, *method = NULL, *tup = NULL;
-    if (ts == NULL || dur == NULL)
-        goto done;
+/* ---- events held packed ----------------------------------------------------------------------
+ * An event the C paths record is held as the msgpack bytes the shipper would have made of its
+ * tuple (an 11-element array: rldbg.trace.spill's record layout), not as the tuple: about 70 bytes
+ * instead of about 200 (a tuple, two ints and a GC header), nothing for the cyclic GC to see, and
+ * nothing left to pack when it ships (spill.encode_events splices such bytes in as they are).
+ * rldbg.trace.events.decode() reads them back. An event with anything msgpack would need
+ * Python for (args holding lists or objects, an int beyond 64 bits, a str with lone
+ * surrogates, a large one) is held as the tuple, as before. */
+
+typedef struct {
+    unsigned char *p, *end;
+} Packer;
+
+#define PACK_MAX 512   /* larger events are held as tuples */
+
+static inline int put(Packer *w, const void *src, size_t n) {
+    if ((size_t)(w->end - w->p) < n)
+        return -1;
+    memcpy(w->p, src, n);
+    w->p += n;
+    return 0;
+}
+
+static inline int put1(Packer *w, unsigned char b) {
+    return put(w, &b, 1);
+}
+
+static int put_be(Packer *w, unsigned char tag, unsigned long long v, int nbytes) {
+    unsigned char b[9];
+    b[0] = tag;
+    for (int i = 0; i < nbytes; i++)
+        b[1 + i] = (unsigned char)(v >> (8 * (nbytes - 1 - i)));
+    return put(w, b, 1 + nbytes);
+}
+
+static int pack_int(Packer *w, long long v) {
+    if (v >= 0) {
+        if (v < 128) return put1(w, (unsigned char)v);
+        if (v < 256) return put_be(w, 0xcc, v, 1);
+        if (v < 65536) return put_be(w, 0xcd, v, 2);
+        if (v <= 0xffffffffLL) return put_be(w, 0xce, v, 4);
+        return put_be(w, 0xcf, v, 8);
+    }
+    if (v >= -32) return put1(w, (unsigned char)(0xe0 | (v + 32)));
+    if (v >= -128) return put_be(w, 0xd0, (unsigned long long)v, 1);
+    if (v >= -32768) return put_be(w, 0xd1, (unsigned long long)v, 2);
+    if (v >= -2147483648LL) return put_be(w, 0xd2, (unsigned long long)v, 4);
+    return put_be(w, 0xd3, (unsigned long long)v, 8);
+}
+
+static int pack_str(Packer *w, PyObject *s) {
+    Py_ssize_t n;
+    const char *u;
+    if (PyUnicode_IS_COMPACT_ASCII(s)) {   /* the usual case: the bytes are right there */
+        n = PyUnicode_GET_LENGTH(s);
+        u = (const char *)PyUnicode_DATA(s);
+    } else if (!(u = PyUnicode_AsUTF8AndSize(s, &n))) {
+        PyErr_Clear();                      /* lone surrogates: msgpack's surrogatepass, in Python */
+        return -1;
+    }
+    int rc;
+    if (n < 32) rc = put1(w, (unsigned char)(0xa0 | n));
+    else if (n < 256) rc = put_be(w, 0xd9, n, 1);
+    else if (n < 65536) rc = put_be(w, 0xda, n, 2);
+    else return -1;
+    return rc < 0 ? -1 : put(w, u, n);
+}
+
+/* An atomic value as msgpack: None, bool, int (64 bits), float, str; -1 for anything else. */
+static int pack_atom(Packer *w, PyObject *v) {
+    if (v == Py_None) return put1(w, 0xc0);
+    if (v == Py_True) return put1(w, 0xc3);
+    if (v == Py_False) return put1(w, 0xc2);
+    if (PyUnicode_CheckExact(v)) return pack_str(w, v);
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return -1;
+        }
+        return pack_int(w, x);
+    }
+    if (PyFloat_CheckExact(v)) {
+        double d = PyFloat_AS_DOUBLE(v);
+        unsigned long long bits;
+        memcpy(&bits, &d, 8);
+        return put_be(w, 0xcb, bits, 8);
+    }
+    return -1;
+}
+
+static int pack_args(Packer *w, PyObject *args) {
+    if (args == NULL)
+        return put1(w, 0xc0);
+    Py_ssize_t n = PyDict_GET_SIZE(args), pos = 0;
+    if (n >= 16)
+        return -1;
+    PyObject *k, *v;
+    if (put1(w, (unsigned char)(0x80 | n)) < 0)
+        return -1;
+    while (PyDict_Next(args, &pos, &k, &v))
+        if (!PyUnicode_CheckExact(k) || pack_str(w, k) < 0 || pack_atom(w, v) < 0)
+            return -1;
+    return 0;
+}
+
+/* (ph, "user", name, ts, dur, role, rank, step, method, None, args) with this process's context:
+ * packed (see above) or, where it cannot be, the tuple. Steals args (NULL: None). */
+static PyObject *user_event(PyObject *ph, PyObject *name, long long ts, long long dur, PyObject *args) {
+    PyObject *role = NULL, *rank = NULL, *step = NULL, *method = NULL, *out = NULL;
     if (!(role = ctx_get(s_role)) || !(rank = ctx_get(s_rank)) || !(step = ctx_get(s_step))
         || !(method = ctx_get(s_method)))
         goto done;
-    if (!(tup = PyTuple_New(11)))
+    unsigned char mem[PACK_MAX];
+    Packer w = {mem, mem + PACK_MAX};
+    if (put1(&w, 0x9b) == 0 && pack_str(&w, ph) == 0 && pack_str(&w, s_user) == 0 && pack_str(&w, name) == 0
+        && pack_int(&w, ts) == 0 && pack_int(&w, dur) == 0 && pack_atom(&w, role) == 0
+        && pack_atom(&w, rank) == 0 && pack_atom(&w, step) == 0 && pack_atom(&w, method) == 0
+        && put1(&w, 0xc0) == 0 && pack_args(&w, args) == 0) {
+        out = PyBytes_FromStringAndSize((const char *)mem, w.p - mem);
         goto done;
-    PyObject *items[11] = {Py_NewRef(ph), Py_NewRef(s_user), Py_NewRef(name), ts, dur, role, rank, step, method,
+    }
+    PyObject *t = PyLong_FromLongLong(ts), *d = t ? PyLong_FromLongLong(dur) : NULL;
+    if (d == NULL || !(out = PyTuple_New(11))) {
+        Py_XDECREF(t); Py_XDECREF(d);
+        goto done;
+    }
+    PyObject *items[11] = {Py_NewRef(ph), Py_NewRef(s_user), Py_NewRef(name), t, d, role, rank, step, method,
                            Py_NewRef(Py_None), args ? args : Py_NewRef(Py_None)};
     for (int i = 0; i < 11; i++)
-        PyTuple_SET_ITEM(tup, i, items[i]);
-    untrack_if_atomic(tup);
-    return tup;
+        PyTuple_SET_ITEM(out, i, items[i]);
+    untrack_if_atomic(out);
+    return out;   /* the tuple took role..method and args */
 done:
-    Py_XDECREF(ts); Py_XDECREF(dur); Py_XDECREF(args);
+    Py_XDECREF(args);
     Py_XDECREF(role); Py_XDECREF(rank); Py_XDECREF(step); Py_XDECREF(method);
-    return NULL;
+    return out;
 }
 
 /* The recorder last emitted to, its buffer's bound append and its capacity: looked up once per
@@ -321,7 +438,7 @@ static PyObject *span_exit(Span *self, PyObject *const *a, Py_ssize_t n) {
     }
     long long dur = t1 - self->t0;
     Py_INCREF(rec);   /* getting the context may run Python code that detaches */
-    int rc = emit(rec, user_event(s_X, self->name, PyLong_FromLongLong(self->t0), PyLong_FromLongLong(dur), args));
+    int rc = emit(rec, user_event(s_X, self->name, self->t0, dur, args));
     Py_DECREF(rec);
     if (rc < 0)
         return NULL;
@@ -440,7 +557,13 @@ static PyObject *c_instant(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     if (err)
         return NULL;
     Py_INCREF(rec);   /* getting the context may run Python code that detaches */
-    int rc = emit(rec, user_event(s_i, args[0], now_ns(), PyLong_FromLong(0), kw));
+    long long t = now_raw();
+    if (t == -1 && PyErr_Occurred()) {
+        Py_XDECREF(kw);
+        Py_DECREF(rec);
+        return NULL;
+    }
+    int rc = emit(rec, user_event(s_i, args[0], t, 0, kw));
     Py_DECREF(rec);
     if (rc < 0)
         return NULL;
@@ -469,7 +592,13 @@ static PyObject *c_counter(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     if (values == NULL && !(values = PyDict_New()))   /* counter("x") records {} */
         return NULL;
     Py_INCREF(rec);
-    int rc = emit(rec, user_event(s_C, args[0], now_ns(), PyLong_FromLong(0), values));
+    long long t = now_raw();
+    if (t == -1 && PyErr_Occurred()) {
+        Py_DECREF(values);
+        Py_DECREF(rec);
+        return NULL;
+    }
+    int rc = emit(rec, user_event(s_C, args[0], t, 0, values));
     Py_DECREF(rec);
     if (rc < 0)
         return NULL;

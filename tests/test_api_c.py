@@ -15,7 +15,9 @@ import rldbg
 from rldbg import api
 from rldbg.context import current
 from rldbg.trace import runtime
+from rldbg.trace.events import decode
 from rldbg.trace.recorder import Recorder
+from rldbg.trace.spill import decode_events, encode_events
 
 T = 1_700_000_000_000_000_000
 
@@ -71,12 +73,20 @@ def _script(span, instant, counter):
     return raised
 
 
+def _held(rec) -> list:
+    """The recorder's events as tuples (C holds most of them packed: events.decode reads both)."""
+    return [tuple(decode(e)) for e in rec.buf]
+
+
 def test_c_records_and_raises_exactly_what_python_does(state):
     c_raised = _script(api.span, api.instant, api.counter)
-    c_events = list(state.recorder.buf)
+    c_events = _held(state.recorder)
+    c_shipped = decode_events(encode_events(list(state.recorder.buf)))
     state.recorder = Recorder(1000)
     py_raised = _script(api.py_span, api.py_instant, api.py_counter)
-    py_events = list(state.recorder.buf)
+    py_events = _held(state.recorder)
+    py_shipped = decode_events(encode_events(list(state.recorder.buf)))
+    assert c_shipped == py_shipped                  # what reaches the spill: the same array, in order
     assert api.span is not api.py_span          # two implementations compared, not one twice
     assert c_events == py_events and len(c_events) == 10
     assert c_raised == py_raised and len(c_raised) == 8
@@ -89,7 +99,7 @@ def test_a_full_buffer_counts_drops_in_c_as_in_python(state):
         api.instant("b")
         api.counter("c", v=1)
     rldbg.instant("d")
-    assert [e[2] for e in state.recorder.buf] == ["b", "c"] and state.recorder.dropped == 2
+    assert [e[2] for e in _held(state.recorder)] == ["b", "c"] and state.recorder.dropped == 2
 
 
 def test_off_spans_are_shared_and_the_first_call_looks_for_the_collector(state):
@@ -108,8 +118,30 @@ def test_events_nothing_can_cycle_through_are_kept_out_of_the_gc(state):
         pass
     api.instant("holds a list", tags=["a"])
     api.instant("holds an object", obj=state)
-    tracked = {e[2]: gc.is_tracked(e) for e in state.recorder.buf}
+    tracked = {decode(e).name: gc.is_tracked(e) for e in state.recorder.buf}
     assert tracked == {"atomic": False, "c": False, "s": False, "holds a list": True, "holds an object": True}
+
+
+def test_c_holds_events_packed_unless_msgpack_would_need_python(state):
+    ints = {"i0": -5, "i1": -100, "i2": -200, "i3": -40000, "i4": -2**40, "i5": 200, "i6": 40000, "i7": 2**31}
+    api.instant("atomic", f=-1.5, big=2**63 - 1, neg=-2**63, t=True, n=None, s="é" * 40, **ints)
+    api.counter("counter", v=3)
+    with api.span("span"):
+        pass
+    api.instant("list", tags=["a"])
+    api.instant("beyond 64 bits", v=2**64)
+    api.instant("surrogate", s="\udc80")
+    api.instant("many args", **{f"k{i}": i for i in range(16)})
+    api.instant("x" * 600)
+    held = {decode(e).name: type(e) for e in state.recorder.buf}
+    assert held == {"atomic": bytes, "counter": bytes, "span": bytes, "list": tuple, "beyond 64 bits": tuple,
+                    "surrogate": tuple, "many args": tuple, "x" * 600: tuple}
+    packed = decode(state.recorder.buf[0])
+    assert packed.args == {"f": -1.5, "big": 2**63 - 1, "neg": -2**63, "t": True, "n": None, "s": "é" * 40, **ints}
+    assert type(packed.args["t"]) is bool and packed.ts_ns == T
+    mixed = [e for e in state.recorder.buf if decode(e).name != "surrogate"]   # (the spill reader's own matter)
+    shipped = decode_events(encode_events(mixed))                        # bytes and tuples, in order
+    assert [e[2] for e in shipped] == [n for n in held if n != "surrogate"] and shipped[4][10] == {"v": str(2**64)}
 
 
 def _implementation(**env) -> str:
@@ -154,7 +186,7 @@ def _calls(worker_call, state, seen):
             raise ValueError("bad")
     except ValueError:
         out.append(where())
-    for e in state.recorder.buf:
+    for e in _held(state.recorder):
         args = e[10]
         if e[1] == "memory":
             args = sorted(args)

@@ -26,6 +26,7 @@ import json
 import os
 import struct
 import zlib
+from itertools import groupby
 from operator import itemgetter
 from typing import Iterator
 
@@ -86,7 +87,32 @@ def event_files(spill_dir: str) -> list[str]:
 
 
 def encode_events(events: list) -> bytes:
-    """A batch's events as the msgpack array the spill stores (unknown types as str)."""
+    """A batch's events as the msgpack array the spill stores (unknown types as str). An event that
+    is bytes is one already packed (rldbg/_api_c.c holds the events it records so): spliced in as
+    it is, in its place."""
+    kinds = set(map(type, events))
+    if bytes not in kinds:
+        return _pack(events)
+    if len(kinds) == 1:
+        return _array_header(len(events)) + b"".join(events)
+    parts = [_array_header(len(events))]
+    for kind, run in groupby(events, type):
+        if kind is bytes:
+            parts.extend(run)
+        else:
+            run = list(run)
+            parts.append(_pack(run)[len(_array_header(len(run))):])
+    return b"".join(parts)
+
+
+def _array_header(n: int) -> bytes:
+    """msgpack's header of an n-element array."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    return b"\xdc" + n.to_bytes(2, "big") if n < 65536 else b"\xdd" + n.to_bytes(4, "big")
+
+
+def _pack(events: list) -> bytes:
     try:
         return msgpack.packb(events, default=str, use_bin_type=True, unicode_errors="surrogatepass")
     except (OverflowError, ValueError, TypeError):
