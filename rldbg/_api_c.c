@@ -77,33 +77,62 @@ static PyTypeObject StateBaseType = {
 
 static StateBase *g_state;     /* rldbg.trace.runtime.STATE */
 static PyObject *g_ctx;        /* rldbg.context.current() */
-static PyObject *g_ctx_dict;   /* its __dict__, where reading/writing it is plain attribute access; else NULL */
 static PyObject *g_off;        /* rldbg.api._OFF: name -> shared off span */
 static PyObject *g_py_span, *g_py_instant, *g_py_counter;   /* the Python implementations */
 static PyObject *g_lookup;     /* rldbg.trace.runtime.lookup */
 static PyObject *g_decorate;   /* rldbg.api._decorate(name, args, fn) */
 static PyObject *g_clock;      /* None: CLOCK_REALTIME here; else a callable (tests skew it) */
 
-static PyObject *s_buf, *s_capacity, *s_dropped, *s_append, *s_role, *s_rank, *s_step, *s_method,
+static PyObject *s_flow_id, *s_buf, *s_capacity, *s_dropped, *s_append, *s_role, *s_rank, *s_step, *s_method,
     *s_error, *s_name, *s_kw_name, *s_X, *s_i, *s_C, *s_user;
 
 #define READY() (g_state != NULL)
 
-/* ctx.<key>, new reference. The Context is a plain object mutated in place on every call, so its
- * instance dict is read directly when bind() was given it (no descriptors, no custom getattr). */
+/* The Context's fields the C paths read and write, and where each lives in the object: the
+ * Context is a slotted dataclass mutated in place on every call, so its fields are read and
+ * written at their slot's offset (what its member descriptors do) when bind() finds plain slots
+ * there; else (0) through getattr/setattr. */
+static PyObject **g_ctx_keys[5] = {&s_role, &s_rank, &s_method, &s_step, &s_flow_id};
+static Py_ssize_t g_ctx_off[5];
+
+static inline PyObject **ctx_slot(PyObject *key) {
+    for (int i = 0; i < 5; i++)
+        if (*g_ctx_keys[i] == key)
+            return g_ctx_off[i] ? (PyObject **)((char *)g_ctx + g_ctx_off[i]) : NULL;
+    return NULL;
+}
+
+/* ctx.<key>, new reference. */
 static PyObject *ctx_get(PyObject *key) {
-    if (g_ctx_dict != NULL) {
-        PyObject *v = PyDict_GetItemWithError(g_ctx_dict, key);
-        if (v != NULL)
-            return Py_NewRef(v);
-        if (PyErr_Occurred())
-            return NULL;
-    }
-    return PyObject_GetAttr(g_ctx, key);
+    PyObject **slot = ctx_slot(key);
+    if (slot != NULL && *slot != NULL)
+        return Py_NewRef(*slot);
+    return PyObject_GetAttr(g_ctx, key);   /* unset slot: AttributeError, as Python says it */
 }
 
 static int ctx_set(PyObject *key, PyObject *v) {
-    return g_ctx_dict != NULL ? PyDict_SetItem(g_ctx_dict, key, v) : PyObject_SetAttr(g_ctx, key, v);
+    PyObject **slot = ctx_slot(key);
+    if (slot == NULL)
+        return PyObject_SetAttr(g_ctx, key, v);
+    Py_XSETREF(*slot, Py_NewRef(v));
+    return 0;
+}
+
+/* Slot offsets of the context's fields where its type reads and writes them plainly. */
+static void find_ctx_slots(PyObject *ctx) {
+    PyTypeObject *tp = Py_TYPE(ctx);
+    int plain = tp->tp_getattro == PyObject_GenericGetAttr && tp->tp_setattro == PyObject_GenericSetAttr;
+    for (int i = 0; i < 5; i++) {
+        g_ctx_off[i] = 0;
+        PyObject *d = plain ? PyObject_GetAttr((PyObject *)tp, *g_ctx_keys[i]) : NULL;
+        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
+                g_ctx_off[i] = m->offset;
+        }
+        Py_XDECREF(d);
+        PyErr_Clear();
+    }
 }
 
 /* time.time_ns() as a C integer: the same clock (CLOCK_REALTIME), read without a Python call (or
@@ -625,8 +654,7 @@ static PyObject *g_specs_seen;     /* instrument._specs_seen: [version of the sp
 static PyObject *g_environ;        /* raw environ, and the RLDBG_PROFILE key in it */
 static PyObject *g_profile_key;
 static double g_recheck_s;
-static PyObject *s_flow_id, *s_specs, *s_traced, *s_begin, *s_end, *s_session, *g_zero;
-static PyObject **g_prev_keys[5] = {&s_role, &s_rank, &s_method, &s_step, &s_flow_id};
+static PyObject *s_specs, *s_traced, *s_begin, *s_end, *s_session, *g_zero;
 
 static void wc_clear_prev(WorkerCall *self) {
     for (int i = 0; i < 5; i++)
@@ -750,7 +778,7 @@ static int wc_enter_tag(PyObject *tag, int *on) {
 static PyObject *wc_enter(WorkerCall *self, PyObject *unused) {
     wc_clear_prev(self);
     for (int i = 0; i < 5; i++)
-        if (!(self->prev[i] = ctx_get(*g_prev_keys[i])))
+        if (!(self->prev[i] = ctx_get(*g_ctx_keys[i])))
             return NULL;
     if (ctx_set(s_role, self->role) < 0 || ctx_set(s_rank, self->rank) < 0 || ctx_set(s_method, self->method) < 0)
         return NULL;
@@ -796,7 +824,7 @@ static PyObject *wc_exit(WorkerCall *self, PyObject *const *a, Py_ssize_t n) {
         Py_DECREF(r);
     } else {
         for (int i = 0; i < 5; i++)
-            if (self->prev[i] != NULL && ctx_set(*g_prev_keys[i], self->prev[i]) < 0)
+            if (self->prev[i] != NULL && ctx_set(*g_ctx_keys[i], self->prev[i]) < 0)
                 return NULL;
     }
     Py_RETURN_FALSE;
@@ -906,18 +934,13 @@ static PyObject *c_bind_worker_call(PyObject *mod, PyObject *args, PyObject *kw)
 /* ---- binding -------------------------------------------------------------------------------- */
 
 static PyObject *c_bind(PyObject *mod, PyObject *args, PyObject *kw) {
-    static char *names[] = {"state", "ctx", "ctx_dict", "off", "span", "instant", "counter", "lookup", "decorate",
-                            NULL};
-    PyObject *st, *ctx, *ctxd, *off, *sp, *in, *co, *lk, *dec;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO!OOOOO:bind", names, &StateBaseType, &st, &ctx, &ctxd,
-                                     &PyDict_Type, &off, &sp, &in, &co, &lk, &dec))
+    static char *names[] = {"state", "ctx", "off", "span", "instant", "counter", "lookup", "decorate", NULL};
+    PyObject *st, *ctx, *off, *sp, *in, *co, *lk, *dec;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OO!OOOOO:bind", names, &StateBaseType, &st, &ctx, &PyDict_Type,
+                                     &off, &sp, &in, &co, &lk, &dec))
         return NULL;
-    if (ctxd != Py_None && !PyDict_CheckExact(ctxd)) {
-        PyErr_SetString(PyExc_TypeError, "bind: ctx_dict must be the context's __dict__ or None");
-        return NULL;
-    }
     Py_XSETREF(g_ctx, Py_NewRef(ctx));
-    Py_XSETREF(g_ctx_dict, ctxd == Py_None ? NULL : Py_NewRef(ctxd));
+    find_ctx_slots(ctx);
     Py_XSETREF(g_off, Py_NewRef(off));
     Py_XSETREF(g_py_span, Py_NewRef(sp));
     Py_XSETREF(g_py_instant, Py_NewRef(in));
@@ -957,7 +980,7 @@ static PyMethodDef module_methods[] = {
      "counter($module, name, **values)\n--\n\n"
      "One sample of numeric series `values` on the counter track \"rank N <name> <series>\"."},
     {"bind", (PyCFunction)(void (*)(void))c_bind, METH_VARARGS | METH_KEYWORDS,
-     "bind(state, ctx, ctx_dict, off, span, instant, counter, lookup, decorate)\n"
+     "bind(state, ctx, off, span, instant, counter, lookup, decorate)\n"
      "Give the hot paths the process state and the Python implementation they defer to."},
     {"bind_worker_call", (PyCFunction)(void (*)(void))c_bind_worker_call, METH_VARARGS | METH_KEYWORDS,
      "bind_worker_call(cls, apply_specs, specs_seen, environ, profile_key, recheck_s)\n"

@@ -157,8 +157,7 @@ def counter(name: str, **values) -> None:
 
 IMPLEMENTATION = _fp.IMPLEMENTATION
 if _fp.C is not None:
-    _fp.C.bind(_STATE, _CTX, _fp.plain_dict(_CTX, ("role", "rank", "method", "step", "flow_id")), _OFF, span,
-               instant, counter, _rt.lookup, _decorate)
+    _fp.C.bind(_STATE, _CTX, _OFF, span, instant, counter, _rt.lookup, _decorate)
     py_span, py_instant, py_counter = span, instant, counter   # the Python ones, for tests and benches
     span, instant, counter = _fp.C.span, _fp.C.instant, _fp.C.counter
 else:

@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)
 class Context:
-    """Role/rank/step/method of the code running now in this process."""
+    """Role/rank/step/method of the code running now in this process. Slotted: every registered call
+    writes and restores five of these fields, and rldbg/_api_c.c does so at their slots."""
 
     role: str = "driver"
     rank: int = 0

@@ -19,18 +19,3 @@ if os.environ.get(PURE_PYTHON, "") in ("", "0"):
 
 IMPLEMENTATION = "python" if C is None else "c"
 
-
-def plain_dict(obj, names) -> dict | None:
-    """obj.__dict__ when reading and writing `names` on obj is exactly reading and writing that dict
-    (no __slots__, no descriptor or custom get/setattr on its type), so C may use it directly; else
-    None (C then goes through getattr/setattr)."""
-    tp = type(obj)
-    d = getattr(obj, "__dict__", None)
-    if (type(d) is not dict or tp.__getattribute__ is not object.__getattribute__
-            or tp.__setattr__ is not object.__setattr__):
-        return None
-    for name in names:
-        attr = getattr(tp, name, None)
-        if hasattr(type(attr), "__set__") or hasattr(type(attr), "__get__") or name not in d:
-            return None
-    return d
