@@ -1,9 +1,13 @@
-"""The one thing pyproject.toml cannot declare: the C hot paths of rldbg's user API.
+"""The one thing pyproject.toml cannot declare: rldbg's C hot paths (the user API's recording, the
+exporter's formatting).
 
 optional=True: without a compiler the install still succeeds and rldbg runs its Python
 implementation (rldbg.fastpath says which one runs; the test suite requires C where it builds).
 """
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("rldbg._api_c", ["rldbg/_api_c.c"], optional=True,
-                             extra_compile_args=["-O2", "-Wall", "-Wno-missing-field-initializers"])])
+_FLAGS = ["-O2", "-Wall", "-Wno-missing-field-initializers"]
+
+setup(ext_modules=[Extension("rldbg._api_c", ["rldbg/_api_c.c"], optional=True, extra_compile_args=_FLAGS),
+                   Extension("rldbg.trace._chrome_c", ["rldbg/trace/_chrome_c.c"], optional=True,
+                             extra_compile_args=_FLAGS)])

@@ -6,7 +6,9 @@ and process_name metadata (the driver is pid 1), one thread per rank (tid = rank
 integer ns relative to the origin, written as exact 3-decimal µs. Each driver call becomes
 call > dispatch > send→rank i, call > wait > recv←rank i, and the flow for rank i runs
 send → the rank's slice → recv with flow v2 (one bind_id per call and rank, flow_in+flow_out on
-the rank slice).
+the rank slice). A slice's args are its own then the layout's role/rank/step/method it lacks
+(its own win); an instant's are its own with the layout's role/rank/step (the layout's win); args
+that are not a dict are kept whole under "value".
 
 Everything here reads the exporter's index (rldbg.trace.export._Index: tracks, origin, clock
 offsets, rank slice ends, bind ids) and writes text; the exporter owns the passes over the spill
@@ -21,6 +23,7 @@ from operator import itemgetter
 import orjson
 
 from rldbg.trace.events import INSTANT, SLICE
+from rldbg.trace.spill import decode_events
 
 dumps = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
 # The C encoder built once (JSONEncoder.encode builds one per call): the same output as dumps.
@@ -65,6 +68,7 @@ class Formatter:
 
     def __init__(self, idx):
         self.idx = idx
+        self.origin = idx.origin
         # Where each rank's process runs, shown on its call slices.
         self.nodes = {rr: (p.get("node_id", "")[:8], p.get("node_ip", "")) for rr, p in
                       ((rr, idx.procs.get(k, {})) for rr, k in idx.rank_proc.items())}
@@ -77,6 +81,17 @@ class Formatter:
         self.names: dict = {}      # a driver call's method or served role -> its JSON
 
     def _template(self, key) -> tuple:
+        a = self._layout_args(key)
+        pre = self.prefixes.get(key[:5]) or self._prefix(key[:5])
+        full = args_json(a)
+        if len(self.cache) > _CACHE_MAX:
+            self.cache.clear()
+        t = self.cache[key] = (pre, full, full[1:-1], a)
+        return t
+
+    def _layout_args(self, key) -> dict:
+        """The args the layout gives a slice or instant of template key `key`; an event's own
+        args come first and win over these for a slice, lose to them for an instant (batch)."""
         ph, cat, name, role, rank, stp, method = key
         if ph == SLICE:
             a = {"role": role, "rank": rank}
@@ -86,24 +101,21 @@ class Formatter:
                 a["method"] = method
             if cat == "call" and (role, rank) in self.nodes:
                 a["node"], a["ip"] = self.nodes[(role, rank)]
-        else:   # INSTANT
-            a = {"role": role, "rank": rank, "step": stp}
-        pk = key[:5]
-        pre = self.prefixes.get(pk)
-        if pre is None:
-            pid, tid = self.idx.roles[role], rank + 1
-            if ph == SLICE:
-                pre = f'{{"ph":"X","pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
-            else:
-                pre = f'{{"ph":"i","s":"t","pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
-            if len(self.prefixes) > _CACHE_MAX:
-                self.prefixes.clear()
-            self.prefixes[pk] = pre
-        full = args_json(a)
-        if len(self.cache) > _CACHE_MAX:
-            self.cache.clear()
-        t = self.cache[key] = (pre, full, full[1:-1], a)
-        return t
+            return a
+        return {"role": role, "rank": rank, "step": stp}   # INSTANT
+
+    def _prefix(self, pk) -> str:
+        """A slice's or instant's text up to its ts, for (ph, cat, name, role, rank)."""
+        ph, cat, name, role, rank = pk
+        pid, tid = self.idx.roles[role], rank + 1
+        if ph == SLICE:
+            pre = f'{{"ph":"X","pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
+        else:
+            pre = f'{{"ph":"i","s":"t","pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
+        if len(self.prefixes) > _CACHE_MAX:
+            self.prefixes.clear()
+        self.prefixes[pk] = pre
+        return pre
 
     def _counter(self, key) -> str:
         """A counter's text up to its ts: its line depends on its track alone (pid and the
@@ -149,6 +161,7 @@ class Formatter:
                 elif type(args) is dict and _SLICE_KEYS.isdisjoint(args):
                     aj = ajson(args)[:-1] + "," + t[2] + "}"
                 else:   # its args in their order and values, then the defaults they lack (setdefault, at C speed)
+                    args = _as_dict(args)
                     a = dict(args)
                     a.update(t[3])
                     a.update(args)
@@ -167,7 +180,7 @@ class Formatter:
                 elif type(args) is dict and _INSTANT_KEYS.isdisjoint(args):
                     aj = ajson(args)[:-1] + "," + t[2] + "}"
                 else:
-                    aj = ajson(dict(args, role=role, rank=rank, step=stp))
+                    aj = ajson(dict(_as_dict(args), role=role, rank=rank, step=stp))
                 app(f'{t[0]}{q}.{r}","args":{aj}}}')
         return out
 
@@ -222,6 +235,33 @@ class Formatter:
             fid = idx.bind_id(flow, ro, r)
             put(f'{line},"bind_id":{fid},"flow_in":true}}' if fid is not None else line + "}")
 
+    # ---- what the exporter's C (rldbg/trace/_chrome_c.c) asks of this Formatter: the text of a
+    # key it has not met (it caches the answer by the key's bytes), or a whole event's text ----
+
+    def _packed_prefix(self, pk) -> bytes:
+        """The text up to the ts digits of (ph, cat, name, role, rank), as UTF-8."""
+        return (self.prefixes.get(pk) or self._prefix(pk)).encode("utf-8", "replace")
+
+    def _packed_args(self, key) -> tuple:
+        """The layout's args of template key `key` as members ((name, its "name":value text as
+        UTF-8, False), ...) in their order; the step's is (b"step", b'"step":', True): the C
+        writes the event's step after it. Asked once per (ph, role, rank, method, cat being
+        "call", step being None): the members depend on nothing else."""
+        return tuple((b"step", b'"step":', True) if k == "step" and v is not None else
+                     (k.encode("utf-8", "replace"), args_json({k: v})[1:-1].encode("utf-8", "replace"), False)
+                     for k, v in self._layout_args(key).items())
+
+    def _packed_counter(self, key) -> bytes:
+        return (self.counters.get(key) or self._counter(key)).encode("utf-8", "replace")
+
+    def _packed_slot(self, role_rank):
+        """role/rank's place in bind ids (rldbg.trace.export._Index.bind_id), or None."""
+        return self.idx.slots.get(role_rank)
+
+    def _packed_fallback(self, raw: bytes, off: int) -> list:
+        """The texts of one packed event that needs more than templates and times."""
+        return self.batch((decode_events(raw, tuples=True),), off)
+
     def _name_json(self, v) -> str:
         """A method's or role's JSON (args_json's text), once per distinct string (only strings:
         1, 1.0 and True are one dict key but three texts)."""
@@ -234,6 +274,12 @@ class Formatter:
                 self.names.clear()
             self.names[v] = got
         return got
+
+
+def _as_dict(args) -> dict:
+    """A slice's or instant's args as the dict the layout's keys join: args that are not one (a
+    list, a string, an ext value, from a producer of its own) kept whole under "value"."""
+    return args if type(args) is dict else {"value": args}
 
 
 _TEMPLATED = frozenset((SLICE, INSTANT))   # counters have their own (Formatter._counter)

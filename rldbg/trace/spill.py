@@ -165,10 +165,63 @@ def iter_records(spill_dir: str, damage: list | None = None, tuples: bool = Fals
     """(batch meta, valid event lists) for each readable record, in arrival order; with
     tuples=True the events (and any lists inside them) are tuples. `pieces` (from split())
     limits it to the records that start inside those byte ranges."""
+    seq = tuple if tuples else list
+    for path, at, mb, eb in iter_raw(spill_dir, damage, pieces):
+        got = decode_record(path, at, mb, eb, damage, seq)
+        if got is not None:
+            yield got
+
+
+def iter_raw(spill_dir: str, damage: list | None = None,
+             pieces: list | None = None) -> Iterator[tuple[str, int, memoryview, memoryview]]:
+    """(file, byte offset, meta bytes, events bytes) of each intact record (checksum holds), in
+    arrival order, not decoded: decode_record() reads one as iter_records does, the exporter's C
+    (rldbg/trace/_chrome_c.c) reads the events' bytes in place. Damaged framing is recorded in
+    `damage` as iter_records says; `pieces` as there."""
     for path, lo, hi in pieces if pieces is not None else [(p, 0, None) for p in event_files(spill_dir)]:
         with open(path, "rb") as f:
             data = f.read()
-        yield from _file_records(path, data, damage, tuple if tuples else list, lo, len(data) if hi is None else hi)
+        for at, mb, eb in _file_records(path, data, damage, lo, len(data) if hi is None else hi):
+            yield path, at, mb, eb
+
+
+def decode_meta(mb) -> dict | None:
+    """A record's meta as a dict, or None where decode_record would call the record unreadable."""
+    try:
+        meta = msgpack.unpackb(mb, raw=False, strict_map_key=False)
+    except Exception:
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def decode_record(path: str, at: int, mb, eb, damage: list | None, seq=list) -> tuple[dict, list] | None:
+    """(meta, valid events) of one intact record, or None (recorded in `damage`) where it does
+    not decode; malformed events are left out and counted in `damage`."""
+    try:
+        meta = msgpack.unpackb(mb, raw=False, strict_map_key=False)
+        if not isinstance(meta, dict):
+            raise ValueError("not a batch record")
+    except Exception as e:
+        if damage is not None:
+            damage.append((path, at, f"unreadable record ({str(e)[:80]})"))
+        return None
+    evs = decode_checked(path, at, eb, damage, seq)
+    return None if evs is None else (meta, evs)
+
+
+def decode_checked(path: str, at: int, eb, damage: list | None, seq=list) -> list | None:
+    """A record's valid events (decode_record's, for a meta already read), or None."""
+    try:
+        evs = decode_events(eb, seq is tuple)
+    except Exception as e:
+        if damage is not None:
+            damage.append((path, at, f"unreadable record ({str(e)[:80]})"))
+        return None
+    good = _check(evs, seq)
+    if len(good) != (len(evs) if type(evs) is seq else -1) and damage is not None:
+        bad = len(evs) - len(good) if type(evs) is seq else "all"
+        damage.append((path, at, f"{bad} malformed event(s) in a batch"))
+    return good
 
 
 def split(spill_dir: str, parts: int) -> list[list]:
@@ -190,8 +243,9 @@ def split(spill_dir: str, parts: int) -> list[list]:
     return out
 
 
-def _file_records(path: str, data: bytes, damage: list | None, seq, lo: int, hi: int):
-    """The records of one file's bytes that start in [lo, hi). The range ends at the first whole
+def _file_records(path: str, data: bytes, damage: list | None, lo: int, hi: int):
+    """(offset, meta bytes, events bytes) of the intact records of one file's bytes that start
+    in [lo, hi). The range ends at the first whole
     record (checksum intact) at or after hi: damage before that record is this reader's to name,
     as one reader over the file would, and the record is the next reader's. A reader starting
     mid-file (lo > 0) looks for its first whole record without naming what it skips: those
@@ -238,22 +292,8 @@ def _file_records(path: str, data: bytes, damage: list | None, seq, lo: int, hi:
         if at >= hi:
             break   # a whole record past this range: the next reader starts here
         found = True
-        try:
-            meta = msgpack.unpackb(mb, raw=False, strict_map_key=False)
-            evs = decode_events(eb, seq is tuple)
-            if not isinstance(meta, dict):
-                raise ValueError("not a batch record")
-        except Exception as e:
-            if damage is not None:
-                damage.append((path, at, f"unreadable record ({str(e)[:80]})"))
-            at = end
-            continue
-        good = _check(evs, seq)
-        if len(good) != (len(evs) if type(evs) is seq else -1) and damage is not None:
-            bad = len(evs) - len(good) if type(evs) is seq else "all"
-            damage.append((path, at, f"{bad} malformed event(s) in a batch"))
+        yield at, mb, eb
         at = end
-        yield meta, good
 
 
 def iter_batches(spill_dir: str, damage: list | None = None) -> Iterator[dict]:
