@@ -23,9 +23,9 @@ import time
 
 import rldbg
 import run_shaped   # bench/: run as `python bench/bench_trace.py`
-from rldbg import instrument as ri
+from rldbg import fastpath, instrument as ri
 from rldbg.trace import events as ev, runtime
-from rldbg.trace import export_jobs
+from rldbg.trace import export, export_jobs
 from rldbg.trace.export import export_spill
 from rldbg.trace.clock import CONNECT_SAMPLES
 from rldbg.trace.recorder import Recorder
@@ -245,6 +245,9 @@ def recording_costs(n: int = 200_000) -> dict:
     return {"off": off, "on": on, "floor": floor}
 
 
+IMPL = fastpath.EXPORT_IMPLEMENTATION   # "c" where rldbg/trace/_chrome_c.c is built
+
+
 def export_speed(n_events: int, out_dir: str) -> dict:
     """A spill of n_events as a run writes them (per 1M: 250k call slices on 8 ranks, 250k user
     spans, 250k memory samples, 250k instants, and 1,000 driver step spans), exported."""
@@ -276,12 +279,19 @@ def export_speed(n_events: int, out_dir: str) -> dict:
     out = {}
     # As `rldbg export` runs by default (side by side, one process per core up to 4), and in one
     # process for comparison; the files are the same (tests/test_export_jobs.py).
+    # The Python implementation (rldbg.fastpath.CHROME off) in one process for comparison.
     auto = export_jobs.choose(spill, None)
-    for ext, jobs in ((".json", None), (".json", 1), (".json.gz", None)):
-        t0, c0 = time.perf_counter(), time.process_time()
-        export_spill(spill, os.path.join(out_dir, "bench" + ext), jobs=jobs)
-        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-        out[(ext, jobs or auto)] = {"seconds": dt, "cpu_seconds": cpu, "events_per_s": n_events / dt}
+    for ext, jobs, impl in ((".json", None, IMPL), (".json", 1, IMPL), (".json.gz", None, IMPL), (".json", 1, "python")):
+        saved = export.CHROME
+        export.CHROME = export.CHROME if impl == IMPL else None
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            export_spill(spill, os.path.join(out_dir, f"bench-{impl}" + ext), jobs=jobs)
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        finally:
+            export.CHROME = saved
+        out[(ext, jobs or auto, impl)] = {"seconds": dt, "cpu_seconds": cpu, "events_per_s": n_events / dt}
+    os.replace(os.path.join(out_dir, f"bench-{IMPL}.json"), os.path.join(out_dir, "bench.json"))
     return out
 
 
@@ -471,9 +481,9 @@ def main() -> None:
               f"of this process's CPU per event   goal <= 1,000 ns")
     with tempfile.TemporaryDirectory() as d:
         per_m = 1_000_000 / a.events
-        for (ext, jobs), v in export_speed(a.events, d).items():
+        for (ext, jobs, impl), v in export_speed(a.events, d).items():
             goal = _per_1m(v['seconds'] * per_m, 1.5) if ext == ".json" else ""
-            print(f"export {a.events:,} events to {ext:<8} {jobs} process(es) {v['seconds']:6.2f} s  "
+            print(f"export {a.events:,} events to {ext:<8} {jobs} process(es), {impl:<6} {v['seconds']:6.2f} s  "
                   f"({v['events_per_s']:,.0f} events/s, {v['cpu_seconds']:.2f} s CPU in this one){goal}")
         v = export_run_shaped(a.events, d)
         print(f"export {v['events']:,} events shaped like a trainer run's (counters, transitions, calls with "
@@ -487,7 +497,8 @@ def main() -> None:
         print(f"rldbg report on the {v['events']:,}-event trace shaped like a trainer run's  {r['seconds']:6.2f} s"
               f"{_per_1m(r['seconds'] * 1_000_000 / v['events'], 3)}")
         fl = floors(os.path.join(d, "bench.spill"), os.path.join(d, "bench.json"))
-        print(f"  floors here: reading the spill + one minimal f-string per event {fl['export_s']:.2f} s; "
+        print(f"  floors here: in Python, reading the spill + one minimal f-string per event {fl['export_s']:.2f} s "
+              f"(the C implementation reads the spill's bytes in place); "
               f"orjson.loads of the exported file alone {fl['parse_s']:.2f} s in one call, "
               f"{fl['pieces_s']:.2f} s a piece at a time as the report parses it (one process)")
 
