@@ -263,3 +263,17 @@ def test_writer_errors_are_raised_not_swallowed(tmp_path):
         raise OSError(28, "No space left on device")
     with pytest.raises(OSError, match="No space"):
         C.Writer(chrome_text.Formatter(idx), len(idx.slots)).batch(batch, 0, full)
+
+
+def test_a_batch_found_unreadable_midway_is_dropped_whole(tmp_path):
+    """The C reads and checks each event as it writes it: one found unreadable after others were
+    made drops the batch's text (write() is never called) and leaves it to the Python."""
+    spill, _ = _write(tmp_path)
+    idx = export._index(spill)
+    good = encode_events([ev.slice_event("user", "a", T0, 1, "actor", 0, 1, None, None, {"k": 1})] * 3)
+    w, wrote = C.Writer(chrome_text.Formatter(idx), len(idx.slots)), []
+    for bad in (REFUSED["surrogate in a string"][1:], b"\xc1", _event_bytes()[:-1]):
+        assert w.batch(b"\x94" + good[1:] + bad, 0, wrote.append) is None
+    assert w.batch(good + b"\xc0", 0, wrote.append) is None   # bytes after the array
+    assert wrote == [] and C.index_batch(b"\x94" + good[1:] + b"\xc1") is None
+    assert w.batch(good, 0, wrote.append) == 3 and b"".join(wrote).count(b",\n") == 3

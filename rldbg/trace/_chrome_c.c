@@ -31,7 +31,7 @@
 
 #define FIELDS 11
 #define MAX_DEPTH 32
-#define FLUSH_AT (64 * 1024)   /* below glibc's mmap threshold: each flushed piece reuses heap memory */
+#define FLUSH_AT (64 * 1024)   /* below glibc's mmap threshold: each piece handed to write() reuses heap memory */
 #define CACHE_MAX 200000       /* as chrome_text._CACHE_MAX: beyond it a cache starts over */
 
 /* ---- reading msgpack in place --------------------------------------------------------------- */
@@ -209,16 +209,14 @@ static int event(const unsigned char *b, Py_ssize_t n, Py_ssize_t *pos, Ev *e) {
     return 0;
 }
 
-/* The batch's event count when every event reads here as Python reads it, else -1. */
-static Py_ssize_t check_batch(const unsigned char *b, Py_ssize_t n, Py_ssize_t *first) {
-    Py_ssize_t pos = 0;
+/* The batch's event count (the events follow at *pos), or -1 when it is not an array. Each event
+ * is then read and checked by event() as it is used: the first that fails, or bytes after the
+ * last, make the whole batch the Python's (its caller drops what it made of the batch so far). */
+static Py_ssize_t batch_head(const unsigned char *b, Py_ssize_t n, Py_ssize_t *pos) {
     Obj a;
-    Ev e;
-    if (head(b, n, &pos, &a) < 0 || a.kind != K_ARRAY) return -1;
-    *first = pos;
-    for (Py_ssize_t k = 0; k < a.len; k++)
-        if (event(b, n, &pos, &e) < 0) return -1;
-    return pos == n ? a.len : -1;   /* trailing bytes: msgpack-python refuses the record */
+    *pos = 0;
+    if (head(b, n, pos, &a) < 0 || a.kind != K_ARRAY) return -1;
+    return a.len;
 }
 
 static PyObject *to_object(const Obj *o) {
@@ -251,12 +249,9 @@ static PyObject *index_batch(PyObject *mod, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *b = view.buf;
-    Py_ssize_t n = view.len, pos, count = check_batch(b, n, &pos);
+    Py_ssize_t n = view.len, pos, count = batch_head(b, n, &pos);
     PyObject *seen = NULL, *rrs = NULL, *calls = NULL, *dflows = NULL, *out = NULL;
-    if (count < 0) {
-        PyBuffer_Release(&view);
-        Py_RETURN_NONE;
-    }
+    if (count < 0) goto python;
     int64_t min_ts = INT64_MAX;
     const unsigned char *prev = NULL;
     Py_ssize_t prev_len = 0;
@@ -264,7 +259,7 @@ static PyObject *index_batch(PyObject *mod, PyObject *arg) {
         goto fail;
     for (Py_ssize_t k = 0; k < count; k++) {
         Ev e;
-        event(b, n, &pos, &e);   /* checked above */
+        if (event(b, n, &pos, &e) < 0) goto python;
         if (e.f[TS].i < min_ts) min_ts = e.f[TS].i;
         const unsigned char *rr = b + e.at[ROLE];
         Py_ssize_t rr_len = e.at[STEP] - e.at[ROLE];
@@ -293,14 +288,7 @@ static PyObject *index_batch(PyObject *mod, PyObject *arg) {
             Py_DECREF(flow);
         } else if (ph == 'X') {
             int64_t end;
-            if (__builtin_add_overflow(e.f[TS].i, e.f[DUR].i, &end)) {   /* Python's ints do not overflow */
-                Py_CLEAR(seen);
-                Py_CLEAR(rrs);
-                Py_CLEAR(calls);
-                Py_CLEAR(dflows);
-                PyBuffer_Release(&view);
-                Py_RETURN_NONE;
-            }
+            if (__builtin_add_overflow(e.f[TS].i, e.f[DUR].i, &end)) goto python;   /* Python's ints do not overflow */
             PyObject *flow = to_object(&e.f[FLOW]), *role = flow ? to_object(&e.f[ROLE]) : NULL;
             PyObject *rank = role ? to_object(&e.f[RANK]) : NULL;
             PyObject *t = rank ? Py_BuildValue("(NNNL)", flow, role, rank, (long long)end) : NULL;
@@ -313,7 +301,11 @@ static PyObject *index_batch(PyObject *mod, PyObject *arg) {
             if (r < 0) goto fail;
         }
     }
+    if (pos != n) goto python;   /* bytes after the array: msgpack-python refuses the record */
     out = Py_BuildValue("(nLOOO)", count, (long long)(count ? min_ts : 0), rrs, calls, dflows);
+    goto fail;
+python:   /* not read here as Python reads it: None, and the caller decodes the batch */
+    out = Py_NewRef(Py_None);
 fail:
     Py_XDECREF(seen);
     Py_XDECREF(rrs);
@@ -423,12 +415,26 @@ static int put_float(Writer *w, double f) {
     return r;
 }
 
+/* A map's string keys, as put_json found them (at most MAX_KEYS). */
+#define MAX_KEYS 16
+typedef struct {
+    Py_ssize_t n;
+    const unsigned char *s[MAX_KEYS];
+    Py_ssize_t len[MAX_KEYS];
+} Keys;
+
+static int has_key(const Keys *k, const char *s, Py_ssize_t len) {
+    for (Py_ssize_t j = 0; j < k->n; j++)
+        if (k->len[j] == len && memcmp(k->s[j], s, len) == 0) return 1;
+    return 0;
+}
+
 /* The JSON of one (checked) item at *pos. 0 written; 1 not written here (bytes, a non-string
  * or repeated key: the Python writes those); -1 an error set. `open_only`: a map's text without
- * its closing brace (the caller adds more members). */
-static int put_json(Writer *w, const unsigned char *b, Py_ssize_t n, Py_ssize_t *pos, int open_only) {
+ * its closing brace (the caller adds more members); `keys`: where a map's keys go. */
+static int put_json(Writer *w, const unsigned char *b, Py_ssize_t n, Py_ssize_t *pos, int open_only, Keys *keys) {
     Obj o;
-    head(b, n, pos, &o);   /* checked by check_batch */
+    head(b, n, pos, &o);   /* checked by event() */
     switch (o.kind) {
     case K_NIL: return PUTS(w, "null");
     case K_BOOL: return o.i ? PUTS(w, "true") : PUTS(w, "false");
@@ -441,42 +447,31 @@ static int put_json(Writer *w, const unsigned char *b, Py_ssize_t n, Py_ssize_t 
         if (PUTS(w, "[") < 0) return -1;
         for (Py_ssize_t k = 0; k < o.len; k++) {
             int r;
-            if ((k && PUTS(w, ",") < 0) || (r = put_json(w, b, n, pos, 0)) < 0) return -1;
+            if ((k && PUTS(w, ",") < 0) || (r = put_json(w, b, n, pos, 0, NULL)) < 0) return -1;
             if (r) return 1;
         }
         return PUTS(w, "]");
     case K_MAP: {
-        const unsigned char *keys[16];
-        Py_ssize_t lens[16];
+        Keys mine;
+        Keys *k = keys ? keys : &mine;
+        k->n = 0;
         if (PUTS(w, "{") < 0) return -1;
-        for (Py_ssize_t k = 0; k < o.len; k++) {
+        for (Py_ssize_t j = 0; j < o.len; j++) {
             Obj key;
             int r;
             head(b, n, pos, &key);
-            if (key.kind != K_STR || k >= 16) return 1;   /* json writes 1 as "1"; many keys: the Python checks repeats */
-            for (Py_ssize_t j = 0; j < k; j++)
-                if (lens[j] == key.len && memcmp(keys[j], key.s, key.len) == 0) return 1;   /* a dict keeps one */
-            keys[k] = key.s;
-            lens[k] = key.len;
-            if ((k && PUTS(w, ",") < 0) || put_str(w, key.s, key.len) < 0 || PUTS(w, ":") < 0) return -1;
-            if ((r = put_json(w, b, n, pos, 0)) != 0) return r;
+            if (key.kind != K_STR || j >= MAX_KEYS) return 1;   /* json writes 1 as "1"; many keys: the Python checks repeats */
+            if (has_key(k, (const char *)key.s, key.len)) return 1;   /* a key twice: a dict keeps one */
+            k->s[j] = key.s;
+            k->len[j] = key.len;
+            k->n = j + 1;
+            if ((j && PUTS(w, ",") < 0) || put_str(w, key.s, key.len) < 0 || PUTS(w, ":") < 0) return -1;
+            if ((r = put_json(w, b, n, pos, 0, NULL)) != 0) return r;
         }
         return open_only ? 0 : PUTS(w, "}");
     }
     }
     return 1;
-}
-
-/* Whether the map at pos (checked) has the string key `key`. */
-static int map_has(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos, const char *key, Py_ssize_t len) {
-    Obj o, k;
-    head(b, n, &pos, &o);
-    for (Py_ssize_t j = 0; j < o.len; j++) {
-        head(b, n, &pos, &k);
-        if (k.kind == K_STR && k.len == len && memcmp(k.s, key, len) == 0) return 1;
-        if (skip(b, n, &pos, 1) < 0) return 0;
-    }
-    return 0;
 }
 
 /* What `not args` says of the args at *pos: 1 falsy (None, False, 0, 0.0, "", b"", (), {}). */
@@ -541,19 +536,19 @@ static PyObject *lookup(Writer *w, PyObject *cache, const unsigned char *b, cons
 
 /* A slice's or instant's layout args from the Formatter's members, each (name, text, 0 or 1): 1
  * says the text is `"step":` and the event's step follows it (the one member that changes from
- * step to step: cached without it, a run's thousands of steps share one entry). With `args_at`
- * >= 0 the members whose name the event's args (a map there) has are left out. */
+ * step to step: cached without it, a run's thousands of steps share one entry). Members whose
+ * name is in `skip` (the event's own args' keys) are left out. */
 static int put_members(Writer *w, PyObject *members, const unsigned char *b, Py_ssize_t n, const Ev *e,
-                       Py_ssize_t args_at, int first) {
+                       const Keys *skip, int first) {
     Py_ssize_t k = PyTuple_GET_SIZE(members);
     for (Py_ssize_t j = 0; j < k; j++) {
         PyObject *m = PyTuple_GET_ITEM(members, j), *name = PyTuple_GET_ITEM(m, 0);
-        if (args_at >= 0 && map_has(b, n, args_at, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name))) continue;
+        if (skip && has_key(skip, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name))) continue;
         if ((!first && PUTS(w, ",") < 0) || put_bytes(w, PyTuple_GET_ITEM(m, 1)) < 0) return -1;
         first = 0;
         if (PyTuple_GET_ITEM(m, 2) == Py_True) {
             Py_ssize_t at = e->at[STEP];
-            if (put_json(w, b, n, &at, 0) != 0) return -1;   /* a scalar (checked): always written */
+            if (put_json(w, b, n, &at, 0, NULL) != 0) return -1;   /* a scalar (checked): always written */
         }
     }
     return 0;
@@ -625,7 +620,7 @@ static int one(Writer *w, const unsigned char *b, Py_ssize_t n, const Ev *e, int
         static const int SEGS[] = {NAME, TS, ROLE, STEP};
         PyObject *pre = lookup(w, w->ccache, b, e, SEGS, 2, -1, "_packed_counter", COUNTER_FIELDS, 3);
         if (!pre || put_bytes(w, pre) < 0 || put_us(w, ts) < 0 || PUTS(w, "\",\"args\":") < 0) return -1;
-        if ((r = put_json(w, b, n, &at_args, 0)) != 0) return r < 0 ? -1 : 2;
+        if ((r = put_json(w, b, n, &at_args, 0, NULL)) != 0) return r < 0 ? -1 : 2;
         return PUTS(w, "},\n") < 0 ? -1 : 1;
     }
     if (p != 'X' && p != 'i') return p == 'D' ? 2 : 0;
@@ -648,18 +643,19 @@ static int one(Writer *w, const unsigned char *b, Py_ssize_t n, const Ev *e, int
     }
     if (PUTS(w, "\",\"args\":{") < 0) return -1;
     if (falsy(b, n, at_args, &args)) {
-        if (put_members(w, members, b, n, e, -1, 1) < 0) return -1;
+        if (put_members(w, members, b, n, e, NULL, 1) < 0) return -1;
     } else if (args.kind == K_MAP) {
         /* The event's args, then the layout's members they lack: for a slice its args win where
          * both name a key; for an instant the layout's would, which the Python merges. */
+        Keys keys;
+        Py_ssize_t at = at_args;
+        w->len--;   /* the brace put_json writes */
+        if ((r = put_json(w, b, n, &at, 1, &keys)) != 0) return r < 0 ? -1 : 2;
         for (Py_ssize_t j = 0; p == 'i' && j < PyTuple_GET_SIZE(members); j++) {
             PyObject *name = PyTuple_GET_ITEM(PyTuple_GET_ITEM(members, j), 0);
-            if (map_has(b, n, at_args, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name))) return 2;
+            if (has_key(&keys, PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name))) return 2;
         }
-        w->len--;   /* the brace put_json writes */
-        Py_ssize_t at = at_args;
-        if ((r = put_json(w, b, n, &at, 1)) != 0) return r < 0 ? -1 : 2;
-        if (put_members(w, members, b, n, e, at_args, 0) < 0) return -1;
+        if (put_members(w, members, b, n, e, p == 'X' ? &keys : NULL, 0) < 0) return -1;
     } else {
         return 2;   /* args that are not a map: the Python merges them */
     }
@@ -676,16 +672,6 @@ static int one(Writer *w, const unsigned char *b, Py_ssize_t n, const Ev *e, int
     return PUTS(w, "},\n") < 0 ? -1 : 1;
 }
 
-static int flush(Writer *w, PyObject *write) {
-    if (!w->len) return 0;
-    PyObject *chunk = PyBytes_FromStringAndSize(w->buf, w->len);
-    w->len = 0;
-    PyObject *r = chunk ? PyObject_CallOneArg(write, chunk) : NULL;
-    Py_XDECREF(chunk);
-    Py_XDECREF(r);
-    return r ? 0 : -1;
-}
-
 PyDoc_STRVAR(writer_batch_doc,
 "batch(events, off, write) -> int | None\n\n"
 "A batch's packed events as the Formatter's text (each line ending \",\\n\"), handed to\n"
@@ -699,20 +685,19 @@ static PyObject *writer_batch(Writer *w, PyObject *args) {
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *b = view.buf;
-    Py_ssize_t n = view.len, pos, count = check_batch(b, n, &pos), written = 0;
-    PyObject *origin = NULL, *basep = NULL;
+    Py_ssize_t n = view.len, pos, count = batch_head(b, n, &pos), written = 0;
+    PyObject *origin = NULL, *basep = NULL, *out = NULL;
     long long base;
     int overflow = 0;
-    if (count < 0) {
-        PyBuffer_Release(&view);
-        Py_RETURN_NONE;
-    }
+    w->len = 0;
+    if (count < 0) goto python;
     if (!(origin = PyObject_GetAttrString(w->fmt, "origin")) || !(basep = PyNumber_Subtract(off, origin))) goto fail;
     base = PyLong_AsLongLongAndOverflow(basep, &overflow);
     if (base == -1 && PyErr_Occurred()) goto fail;
+    /* The whole batch is made before any of it is written: an event found unreadable drops it. */
     for (Py_ssize_t k = 0; k < count; k++) {
         Ev e;
-        event(b, n, &pos, &e);   /* checked above */
+        if (event(b, n, &pos, &e) < 0) goto python;
         Py_ssize_t mark = w->len;
         int r = overflow ? 2 : one(w, b, n, &e, (int64_t)base);
         if (r < 0) goto fail;
@@ -724,19 +709,26 @@ static PyObject *writer_batch(Writer *w, PyObject *args) {
         } else {
             written += r;
         }
-        if (w->len >= FLUSH_AT && flush(w, write) < 0) goto fail;
     }
-    if (flush(w, write) < 0) goto fail;
-    Py_DECREF(origin);
-    Py_DECREF(basep);
-    PyBuffer_Release(&view);
-    return PyLong_FromSsize_t(written);
+    if (pos != n) goto python;   /* bytes after the array: msgpack-python refuses the record */
+    /* Handed over in pieces of FLUSH_AT bytes (where they are cut does not matter to the file). */
+    for (Py_ssize_t at = 0; at < w->len; at += FLUSH_AT) {
+        PyObject *chunk = PyBytes_FromStringAndSize(w->buf + at, Py_MIN(FLUSH_AT, w->len - at));
+        PyObject *r = chunk ? PyObject_CallOneArg(write, chunk) : NULL;
+        Py_XDECREF(chunk);
+        if (!r) goto fail;
+        Py_DECREF(r);
+    }
+    out = PyLong_FromSsize_t(written);
+    goto fail;
+python:   /* not read here as Python reads it: nothing written, None, the caller decodes the batch */
+    out = Py_NewRef(Py_None);
 fail:
     w->len = 0;
     Py_XDECREF(origin);
     Py_XDECREF(basep);
     PyBuffer_Release(&view);
-    return NULL;
+    return out;
 }
 
 static int writer_init(Writer *w, PyObject *args, PyObject *kw) {
