@@ -572,6 +572,23 @@ static int names_name(PyObject *kwnames) {
     return 0;
 }
 
+/* An instant's or counter's event, stamped now, into `rec` (borrowed); `payload` (its args or
+ * values, or NULL) is consumed. None, or NULL with an error set. */
+static PyObject *emit_now(PyObject *rec, PyObject *ph, PyObject *name, PyObject *payload) {
+    Py_INCREF(rec);   /* getting the context may run Python code that detaches */
+    long long t = now_raw();
+    if (t == -1 && PyErr_Occurred()) {
+        Py_XDECREF(payload);
+        Py_DECREF(rec);
+        return NULL;
+    }
+    int rc = emit(rec, user_event(ph, name, t, 0, payload));
+    Py_DECREF(rec);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *c_instant(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     if (!READY() || nargs != 1 || names_name(kwnames))
         return PyObject_Vectorcall(g_py_instant, args, nargs, kwnames);
@@ -585,18 +602,7 @@ static PyObject *c_instant(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     PyObject *kw = kwargs_dict(args, nargs, kwnames, &err);
     if (err)
         return NULL;
-    Py_INCREF(rec);   /* getting the context may run Python code that detaches */
-    long long t = now_raw();
-    if (t == -1 && PyErr_Occurred()) {
-        Py_XDECREF(kw);
-        Py_DECREF(rec);
-        return NULL;
-    }
-    int rc = emit(rec, user_event(s_i, args[0], t, 0, kw));
-    Py_DECREF(rec);
-    if (rc < 0)
-        return NULL;
-    Py_RETURN_NONE;
+    return emit_now(rec, s_i, args[0], kw);
 }
 
 static PyObject *c_counter(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
@@ -620,18 +626,7 @@ static PyObject *c_counter(PyObject *mod, PyObject *const *args, Py_ssize_t narg
         return NULL;
     if (values == NULL && !(values = PyDict_New()))   /* counter("x") records {} */
         return NULL;
-    Py_INCREF(rec);
-    long long t = now_raw();
-    if (t == -1 && PyErr_Occurred()) {
-        Py_DECREF(values);
-        Py_DECREF(rec);
-        return NULL;
-    }
-    int rc = emit(rec, user_event(s_C, args[0], t, 0, values));
-    Py_DECREF(rec);
-    if (rc < 0)
-        return NULL;
-    Py_RETURN_NONE;
+    return emit_now(rec, s_C, args[0], values);
 }
 
 
