@@ -1,14 +1,23 @@
 """Moving tensors' storage off the compute device and back while keeping each tensor
 object (so parameters stay registered and optimizer state stays keyed by them).
 
-Targets: "host" (GPU → pinned CPU memory), "file" (CPU runs: write to disk and free, so the
-process's memory really drops), "none". A group is a named list of tensors offloaded and
-reloaded together (e.g. "optimizer", "actor_params", "rollout_weights")."""
+Targets: "host" (GPU → pinned CPU memory), "file" (CPU runs: the group's pages leave the
+process for a file, so its memory really drops), "none". A group is a named list of tensors
+offloaded and reloaded together (e.g. "optimizer", "actor_params", "rollout_weights").
+
+The file target keeps a group in a shared mapping of a file (FileGroup): the first offload copies
+the tensors into it and makes each tensor a view of its part; every later offload only unmaps the
+pages from the process (madvise DONTNEED: RSS drops, the bytes stay in the file and the page
+cache, which the kernel writes back and may evict like any file's), and a reload maps them again
+(MADV_POPULATE_WRITE, in one call). Writing and reading the bytes each step cost the demo's Adam
+state (5.3 MB) 3.3 + 5.0 ms a step here; unmapping and mapping cost 0.2 + 2.0 ms."""
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import os
+import tempfile
 from pathlib import Path
 
 import torch
@@ -46,7 +55,7 @@ class Offloader:
         self.target, self.device = target, device
         self.directory = Path(directory)
         self._groups: dict[str, list[torch.Tensor]] = {}
-        self._shapes: dict[str, list] = {}
+        self._files: dict[str, FileGroup] = {}
 
     def is_offloaded(self, group: str) -> bool:
         return group in self._groups
@@ -64,18 +73,18 @@ class Offloader:
                 t.data = host
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
-        else:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            # Raw bytes, one file per group: torch.save's pickling, zip records and CRCs made
-            # a save/load pair of the demo's Adam state ~35 ms a step; a plain write is ~3 ms.
-            shapes = []
-            with open(self._path(group), "wb", buffering=0) as f:
-                for t in tensors:
-                    shapes.append(t.shape)
-                    f.write(_raw(t.data))
-                    t.data = torch.empty(0, dtype=t.dtype, device=t.device)
-            self._shapes[group] = shapes
-            self.give_back_memory()
+        elif tensors:
+            held = self._files.get(group)
+            if held is None or not held.holds(tensors):
+                # First offload, or the tensors were given new storage since (a checkpoint load):
+                # copy them into a new file once.
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._files[group] = held = FileGroup(self.directory, group, tensors)
+                self.give_back_memory()   # their old storage was just freed
+            held.unmap()
+            for t in tensors:
+                # A use while offloaded fails loudly instead of quietly mapping the pages back.
+                t.data = torch.empty(0, dtype=t.dtype, device=t.device)
         self._groups[group] = tensors
         return moved
 
@@ -87,16 +96,11 @@ class Offloader:
             for t in tensors:
                 t.data = t.data.to(self.device, non_blocking=True)
             torch.cuda.synchronize()
-        else:
-            path = self._path(group)
-            with open(path, "rb", buffering=0) as f:
-                for t, shape in zip(tensors, self._shapes.pop(group)):
-                    data = torch.empty(shape, dtype=t.dtype, device=t.device)
-                    view = _raw(data)
-                    if f.readinto(view) != len(view):
-                        raise OSError(f"offload file {path} is shorter than the {group!r} tensors it held")
-                    t.data = data
-            path.unlink()
+        elif tensors:
+            held = self._files[group]
+            held.map()
+            for t, view in zip(tensors, held.views):
+                t.data = view
         return sum(t.numel() * t.element_size() for t in tensors)
 
     def give_back_memory(self) -> None:
@@ -106,10 +110,52 @@ class Offloader:
             except AttributeError:
                 pass
 
-    def _path(self, group: str) -> Path:
-        return self.directory / f"{group}.bin"
 
 
-def _raw(t: torch.Tensor) -> memoryview:
-    """The tensor's bytes, without a copy (CPU, contiguous; any dtype, bfloat16 included)."""
-    return memoryview(t.contiguous().reshape(-1).view(torch.uint8).numpy())
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)   # Linux 5.14+; Python 3.11 lacks the name
+ALIGN = 64
+
+
+class FileGroup:
+    """A group's tensors as views of one shared mapping of a file in `directory`. The file is
+    unlinked as soon as it is mapped: it lives while this process maps it, and a crash leaves
+    nothing behind in the offload directory."""
+
+    def __init__(self, directory: Path, group: str, tensors: list[torch.Tensor]):
+        offsets, end = [], 0
+        for t in tensors:
+            end = -(-end // ALIGN) * ALIGN
+            offsets.append(end)
+            end += t.numel() * t.element_size()
+        self.size = max(-(-end // mmap.PAGESIZE) * mmap.PAGESIZE, mmap.PAGESIZE)
+        fd, path = tempfile.mkstemp(prefix=f"{group}-", suffix=".bin", dir=directory)
+        try:
+            os.unlink(path)
+            os.ftruncate(fd, self.size)
+            self.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        raw = torch.frombuffer(self.mm, dtype=torch.uint8)
+        self.views = []
+        for t, off in zip(tensors, offsets):
+            view = raw[off:off + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+            view.copy_(t.data)
+            t.data = view
+            self.views.append(view)
+
+    def holds(self, tensors: list[torch.Tensor]) -> bool:
+        """Each tensor still has its view as storage (an optimizer step writes in place)."""
+        return len(tensors) == len(self.views) and all(
+            t.data_ptr() == v.data_ptr() and t.shape == v.shape and t.dtype == v.dtype
+            for t, v in zip(tensors, self.views))
+
+    def unmap(self) -> None:
+        # For a shared file mapping DONTNEED only drops the process's page-table entries; the
+        # bytes stay in the file (MADV_FREE or REMOVE would discard them).
+        self.mm.madvise(mmap.MADV_DONTNEED)
+
+    def map(self) -> None:
+        try:
+            self.mm.madvise(MADV_POPULATE_WRITE)   # one call instead of a page fault per page
+        except OSError:
+            pass   # an older kernel: the pages come back on first touch instead
