@@ -1,15 +1,16 @@
 """reference_trainer speed and learning, and TRL's GRPOTrainer on the same problem, in one run.
 
 Run on demand (not a test; TRL lives only in /tmp/trlvenv, which also sees the repo):
-    /tmp/trlvenv/bin/python bench/bench_trainer.py [--steps 20] [--budget 150] [--parts throughput,converge]
+    /tmp/trlvenv/bin/python bench/bench_trainer.py [--block 2] [--rounds 10] [--budget 150] [--parts throughput,converge]
 
-throughput: the demo preset for --steps steps on 2 ranks and on 1 rank, with offload as the preset
-    has it and with offload off, each run between two TRL GRPOTrainer runs of the same
-    model/tokenizer/prompts/reward/batch (TRL first, then after each of ours), so drift on this
-    shared machine hits both sides. Identical passes: no reference forward on either side unless
-    --ref-forward ours. Prints tokens/s, s/step and our per-phase step times (means over steps
-    after the first 2), and our/TRL throughput ratios against the two TRL runs around each of ours
-    (>1: we are faster; goal ≥ 1.0 at 2 ranks).
+throughput: the demo preset on 2 ranks and on 1 rank, with offload as the preset has it and with
+    offload off, each beside a TRL GRPOTrainer run of the same model/tokenizer/prompts/reward/batch.
+    The two alternate in blocks of --block steps, --rounds blocks a side (TRL's step clock hands
+    over to ours between its steps, off its clock), so this shared machine's changes of speed hit
+    both sides alike. Identical passes: no reference forward on either side unless --ref-forward
+    ours. Prints tokens/s, s/step and our per-phase step times, and our/TRL throughput over all
+    blocks and block by block, each with a 90% bootstrap interval over the blocks (>1: we are
+    faster; goal ≥ 1.0 at 2 ranks, "met" only when the interval is above it).
 converge: GRPO (the preset) and PPO (algorithm.adv_estimator=gae) for --budget steps each; prints
     the first step where the 5-step moving average of reward/mean is ≥ 0.9, and the seconds of
     training steps up to it, or "not reached in N steps".
@@ -30,9 +31,11 @@ import tempfile
 import time
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for trl_grpo next to this file
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for the helpers next to this file
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
+from bootstrap import interval, verdict  # noqa: E402
+from demo_steps import DemoSteps  # noqa: E402
 from reference_trainer.config import load_config  # noqa: E402
 from reference_trainer.runtime import start_ray, stop_ray  # noqa: E402
 from reference_trainer.trainer import fit  # noqa: E402
@@ -57,46 +60,59 @@ def run_ours(cfg, verbose: bool) -> tuple[list[dict], float]:
     return history, time.perf_counter() - t0
 
 
-def steady(history: list[dict]) -> list[dict]:
-    return history[SKIP:] if len(history) > SKIP else history
+class Pairs:
+    """Blocks of `block` steps, ours and TRL's alternating: TRL's step clock calls between() after
+    each of its steps (off its clock), and after every `block` of them (past the warm-up) the
+    same number of ours run there, while TRL waits. Each block of ours sits beside the TRL block
+    just before it, so a change in this machine's speed hits both."""
+
+    def __init__(self, run: DemoSteps, block: int):
+        self.run, self.block = run, block
+        self.ours: list = []      # per block: (tokens, completion tokens, seconds)
+        self.theirs: list = []    # per block: (tokens, seconds)
+        self.records: list = []
+
+    def our_block(self) -> tuple:
+        toks = comp = secs = 0.0
+        batch = self.run.cfg.data.prompts_per_step * self.run.cfg.data.group_size
+        for _ in range(self.block):
+            t0 = time.perf_counter()
+            r = self.run.step()
+            secs += time.perf_counter() - t0
+            toks += r["tokens"]
+            comp += r["response_length"] * batch   # the mean response_mask row sum × rows
+            self.records.append(r)
+        return toks, comp, secs
+
+    def between(self, clock) -> None:
+        n = len(clock.seconds)
+        if n <= SKIP or (n - SKIP) % self.block:
+            return
+        self.theirs.append((sum(clock.tokens[n - self.block:n]), sum(clock.seconds[n - self.block:n])))
+        self.ours.append(self.our_block())
 
 
-def our_figures(history: list[dict], batch: int) -> dict:
-    h = steady(history)
-    step_s = sum(r["time/step"] for r in h)
-    return {"s_per_step": step_s / len(h),
-            "tokens_per_s": sum(r["tokens"] for r in h) / step_s,
-            # response_length is the mean response_mask row sum: × batch gives completion tokens
-            "completion_tokens_per_s": sum(r["response_length"] * batch for r in h) / step_s,
-            "phases": {p: statistics.mean(r.get(f"time/{p}", 0.0) for r in h) for p in PHASES
-                       if any(f"time/{p}" in r for r in h)}}
+def block_ratios(pairs: list) -> list:
+    """Our tokens/s over TRL's, block by block; pairs = [(ours, theirs)]."""
+    return [(o[0] / o[2]) / (t[0] / t[1]) for o, t in pairs]
 
 
-def trl_figures(clock) -> dict:
-    n = len(clock.seconds)
-    keep = range(SKIP, n) if n > SKIP else range(n)
-    secs = sum(clock.seconds[i] for i in keep)
-    return {"s_per_step": secs / len(keep),
-            "tokens_per_s": sum(clock.tokens[i] for i in keep) / secs,
-            "completion_tokens_per_s": sum(clock.completion_tokens[i] for i in keep) / secs}
-
-
-def print_ours(label: str, f: dict, wall: float, n_steps: int) -> None:
-    print(f"  {label}: {f['tokens_per_s']:7.0f} tokens/s  {f['completion_tokens_per_s']:6.0f} completion tokens/s  "
-          f"{f['s_per_step']:.3f} s/step   (fit() wall {wall:.1f} s for {n_steps} steps incl. set-up + SFT)")
-    print("      per phase, s/step: " + "  ".join(f"{k} {v:.3f}" for k, v in f["phases"].items()))
+def pooled_ratio(pairs: list) -> float:
+    """All of our tokens over all of our seconds, against the same for TRL."""
+    return (sum(o[0] for o, _ in pairs) / sum(o[2] for o, _ in pairs)) / \
+        (sum(t[0] for _, t in pairs) / sum(t[1] for _, t in pairs))
 
 
 def throughput(args) -> None:
-    steps = args.steps
-    print(f"== throughput: demo preset (GRPO, digit_shift, llama-tiny), {steps} steps per run, "
-          f"means over steps {SKIP}..{steps - 1} ==")
-    cfg2 = demo_config(f"trainer.total_steps={steps}")
-    batch = cfg2.data.prompts_per_step * cfg2.data.group_size
-    print(f"  batch: {cfg2.data.prompts_per_step} prompts × {cfg2.data.group_size} = {batch} completions/step, "
-          f"max_new_tokens {cfg2.rollout.max_new_tokens}, temperature {cfg2.rollout.temperature}, lr {cfg2.actor.lr}")
+    block, rounds = args.block, args.rounds
+    n_trl = SKIP + block * rounds
+    cfg0 = demo_config()
+    batch = cfg0.data.prompts_per_step * cfg0.data.group_size
+    print(f"== throughput: demo preset (GRPO, digit_shift, llama-tiny); ours and TRL alternating in blocks of "
+          f"{block} steps, {rounds} blocks a side, after {SKIP} warm-up steps each ==")
+    print(f"  batch: {cfg0.data.prompts_per_step} prompts × {cfg0.data.group_size} = {batch} completions/step, "
+          f"max_new_tokens {cfg0.rollout.max_new_tokens}, temperature {cfg0.rollout.temperature}, lr {cfg0.actor.lr}")
     print("  tokens = prompt + response tokens with attention mask 1 (no padding; response up to and incl. <eos>)")
-
     try:
         from trl_grpo import run_trl_grpo
         import trl
@@ -111,57 +127,64 @@ def throughput(args) -> None:
         ref = []
         print("  NOT identical: ours runs a reference forward each step for the kl_to_ref metric "
               "(actor.kl_metric=true); TRL at beta=0 runs none")
-    trl_runs = []
-
-    def trl_block(tag: str) -> None:
-        if run_trl_grpo is None:
-            return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TRL/transformers deprecation chatter, not results
-            t0 = time.perf_counter()
-            clock = run_trl_grpo(cfg2, steps, threads=args.trl_threads)
-        trl_runs.append(trl_figures(clock))
-        f = trl_runs[-1]
-        print(f"  TRL {trl.__version__} GRPOTrainer ({tag}; one process, no Ray, torch threads={args.trl_threads}): "
-              f"{f['tokens_per_s']:7.0f} tokens/s  {f['completion_tokens_per_s']:6.0f} completion tokens/s  "
-              f"{f['s_per_step']:.3f} s/step   (wall {time.perf_counter() - t0:.1f} s)")
-
-    # TRL runs before, between and after ours: each of our runs is compared with the mean of the two
-    # TRL runs around it, so that load drifting on this shared machine hits both sides alike.
     t0 = time.perf_counter()
-    started = start_ray(cfg2.resources.ray_num_cpus)  # one cluster for all our runs; fit() then leaves it up
-    print(f"  (embedded Ray cluster started in {time.perf_counter() - t0:.1f} s, "
-          "shared by our runs, not in their wall)")
-    ours = {}
+    started = start_ray(cfg0.resources.ray_num_cpus)  # one cluster for all our runs
+    print(f"  (embedded Ray cluster started in {time.perf_counter() - t0:.1f} s, not in any figure)")
     try:
-        trl_block("first")
         for offload, off_args in (("offload as the demo", []), ("offload off", NO_OFFLOAD)):
             for ranks in (2, 1):
-                cfg = demo_config(f"trainer.total_steps={steps}", f"resources.n_ranks={ranks}", *ref, *off_args)
-                h, w = run_ours(cfg, args.verbose)
-                ours[(offload, ranks)] = (our_figures(h, batch), len(trl_runs) - 1)
-                print_ours(f"ours, Ray, {ranks} rank{'s' if ranks > 1 else ' '} × {cfg.resources.threads_per_rank} "
-                           f"thread, {offload}", ours[(offload, ranks)][0], w, steps)
-                trl_block(f"after ours, {ranks} rank{'s' if ranks > 1 else ''}, {offload}")
+                cfg = demo_config(f"resources.n_ranks={ranks}", *ref, *off_args)
+                label = (f"{ranks} rank{'s' if ranks > 1 else ''} × {cfg.resources.threads_per_rank} thread, "
+                         f"{offload}")
+                with DemoSteps(cfg) as run:
+                    for _ in range(SKIP):
+                        run.step()   # warm-up, as TRL's first SKIP steps are
+                    pairs = Pairs(run, block)
+                    if run_trl_grpo is None:
+                        for _ in range(rounds):
+                            pairs.ours.append(pairs.our_block())
+                    else:
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")  # TRL/transformers deprecation chatter
+                            clock = run_trl_grpo(cfg, n_trl, threads=args.trl_threads, between=pairs.between)
+                report_pairs(label, ranks, pairs, None if run_trl_grpo is None else clock, args)
     finally:
         stop_ray(started)
-
-    if not trl_runs:
+    if run_trl_grpo is None:
         print(f"  our/TRL: not measured — {trl_error}")
         return
-    print(f"  TRL mean of {len(trl_runs)} runs: {statistics.mean(f['tokens_per_s'] for f in trl_runs):.0f} tokens/s, "
-          f"{statistics.mean(f['completion_tokens_per_s'] for f in trl_runs):.0f} completion tokens/s")
-    for (offload, ranks), (f, before) in ours.items():
-        around = trl_runs[before:before + 2]
-        trl_tps = statistics.mean(t["tokens_per_s"] for t in around)
-        trl_ctps = statistics.mean(t["completion_tokens_per_s"] for t in around)
-        goal = "   goal ≥ 1.0 (2 ranks)" if ranks == 2 else ""
-        print(f"  our/TRL throughput, {ranks} rank{'s' if ranks > 1 else ''} (Ray, {offload}) vs TRL 1 process "
-              f"(the TRL runs before and after it): {f['tokens_per_s'] / trl_tps:.2f} (tokens/s), "
-              f"{f['completion_tokens_per_s'] / trl_ctps:.2f} (completion tokens/s){goal}   >1 means we are faster")
-    print("  not identical: ours starts from a 20-step SFT warm start (preset sft.steps, not in step times) and "
-          "TRL from the raw init; 'offload as the demo' writes the optimizer state to a file and back each step "
-          "(offload.optimizer, file target on CPU), TRL keeps it in memory.")
+    print(f"  TRL {trl.__version__} GRPOTrainer: one process, no Ray, torch threads={args.trl_threads}. Not identical: "
+          "ours starts from a 20-step SFT warm start (preset sft.steps, not in step times) and TRL from the raw init; "
+          "'offload as the demo' moves the optimizer state out of the process into a file and back each step "
+          "(offload.optimizer, file target on CPU: its pages unmapped and mapped again), TRL keeps it in memory.")
+
+
+def report_pairs(label: str, ranks: int, pairs: Pairs, clock, args) -> None:
+    ours = pairs.ours
+    secs = sum(o[2] for o in ours)
+    steps = len(ours) * pairs.block
+    print(f"  ours, Ray, {label}: {sum(o[0] for o in ours) / secs:7.0f} tokens/s  "
+          f"{sum(o[1] for o in ours) / secs:6.0f} completion tokens/s  {secs / steps:.3f} s/step ({steps} steps)")
+    print("      per phase, s/step: " + "  ".join(
+        f"{p} {statistics.mean(r[f'time/{p}'] for r in pairs.records):.3f}" for p in PHASES
+        if all(f"time/{p}" in r for r in pairs.records)))
+    if clock is None:
+        return
+    theirs = pairs.theirs
+    t_secs = sum(t[1] for t in theirs)
+    keep = range(SKIP, SKIP + len(theirs) * pairs.block)
+    comp = sum(clock.completion_tokens[i] for i in keep if i < len(clock.completion_tokens))
+    print(f"  TRL beside it:  {sum(t[0] for t in theirs) / t_secs:7.0f} tokens/s  {comp / t_secs:6.0f} completion "
+          f"tokens/s  {t_secs / steps:.3f} s/step (the same number of steps)")
+    both = list(zip(ours, theirs))
+    ratios = block_ratios(both)
+    lo, hi = interval(both, pooled_ratio)
+    goal = ranks == 2
+    print(f"  our/TRL tokens/s, {label}: {pooled_ratio(both):.2f} over all blocks (90% interval {lo:.2f}..{hi:.2f})"
+          + (f", goal ≥ 1.0: {verdict(lo, hi, 1.0, at_least=True)}" if goal else ""))
+    mlo, mhi = interval(ratios, statistics.median)
+    print(f"      block by block: median {statistics.median(ratios):.2f} (90% interval {mlo:.2f}..{mhi:.2f}), "
+          f"range {min(ratios):.2f}..{max(ratios):.2f}   >1 means we are faster")
 
 
 def first_reach(rewards: list[float], target: float = 0.9, window: int = 5) -> int | None:
@@ -204,7 +227,8 @@ def converge(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=20, help="steps per throughput run")
+    p.add_argument("--block", type=int, default=2, help="steps per block (throughput: ours and TRL alternate)")
+    p.add_argument("--rounds", type=int, default=10, help="blocks a side per configuration (throughput)")
     p.add_argument("--budget", type=int, default=0, help="step budget per convergence run (0: preset total_steps)")
     p.add_argument("--parts", default="throughput,converge")
     p.add_argument("--trl-threads", type=int, default=1, help="torch threads for TRL (ours: 1 per rank)")

@@ -7,7 +7,7 @@ without it raises ImportError, which bench_trainer.py reports as "TRL not availa
 
 Differences we cannot remove, printed by the bench: TRL runs in this one process (no Ray), loads
 no reference model when beta=0 (ours always runs a reference forward pass), and keeps its
-optimizer state in memory (ours offloads it to a file every step on CPU, per the demo preset).
+optimizer state in memory (ours moves it out to a file every step on CPU, per the demo preset).
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ class StepClock(TrainerCallback):
     """Wall time and token count of each optimizer step (= one generation batch here, since
     gradient_accumulation_steps=1 and steps_per_generation=1)."""
 
-    def __init__(self, batch: int):
-        self.batch = batch
+    def __init__(self, batch: int, between=None):
+        self.batch, self.between = batch, between
         self.seconds: list[float] = []
         self.tokens: list[int] = []  # prompt + completion tokens (mask 1), from TRL's num_input_tokens_seen
         self.completion_tokens: list[float] = []  # up to and incl. <eos>, as TRL counts them
@@ -41,6 +41,8 @@ class StepClock(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         self.seconds.append(time.perf_counter() - self._t0)
         self.tokens.append(int(state.num_input_tokens_seen - self._seen))
+        if self.between is not None:
+            self.between(self)   # outside this step's clock: the next starts after it
 
     def on_log(self, args, state, control, logs=None, **kw):
         # logging_steps=1: each log holds one step's means (the final summary log has neither key)
@@ -60,8 +62,9 @@ def demo_dataset(task, n_steps: int, prompts_per_step: int, seed: int) -> Datase
     return Dataset.from_dict({"prompt": prompts, "ground_truth": truths})
 
 
-def run_trl_grpo(cfg, steps: int, threads: int) -> StepClock:
-    """`cfg` is the reference_trainer Config of the run we compare with (the demo preset)."""
+def run_trl_grpo(cfg, steps: int, threads: int, between=None) -> StepClock:
+    """`cfg` is the reference_trainer Config of the run we compare with (the demo preset);
+    `between(clock)` runs after each TRL step, off its clock (the bench runs our steps there)."""
     torch.set_num_threads(threads)
     task, tokenizer = get_task(cfg.data.task, **cfg.data.task_args), build_tokenizer()
     model = build_causal_lm(cfg.model.preset, len(tokenizer), seed=cfg.trainer.seed)
@@ -88,7 +91,7 @@ def run_trl_grpo(cfg, steps: int, threads: int) -> StepClock:
         max_grad_norm=a.grad_clip, optim="adamw_torch",
         loss_type="dapo", epsilon=a.clip_low, epsilon_high=a.clip_high, scale_rewards="group", beta=0.0,
     )
-    clock = StepClock(batch)
+    clock = StepClock(batch, between)
     trainer = GRPOTrainer(
         model=model, reward_funcs=digit_shift_reward, args=args, processing_class=tokenizer,
         train_dataset=demo_dataset(task, steps, cfg.data.prompts_per_step, cfg.data.seed), callbacks=[clock],
