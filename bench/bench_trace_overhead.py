@@ -60,21 +60,31 @@ def main() -> None:
 
 def step_ratio(run: DemoSteps, a) -> None:
     """The demo's step time untraced and traced, alternating blocks on one set of workers."""
-    def block() -> list[float]:
+    cpu = []   # per block: (traced?, CPU ns the whole job used over it)
+
+    def block(traced: bool = False) -> list[float]:
+        # One step first, untimed, on both sides: a traced run's workers find the collector,
+        # start their threads and time their clocks once, on their first traced call; a bench
+        # that starts tracing for each block must not charge that to the block's steps.
+        run.step()
         out = []
+        c0 = job_cpu_ns()
         for _ in range(a.steps):
             t0 = time.perf_counter()
             run.step()
             out.append(time.perf_counter() - t0)
+        c1 = job_cpu_ns()
+        cpu.append((traced, sum(ns - c0[k] for k, ns in c1.items() if k in c0)))
         return out
 
     block()  # warm-up: first calls pay for imports and allocations
+    cpu.clear()
     extra = {} if a.flush is None else {"flush_interval": a.flush}
 
     def traced_block() -> list[float]:
         rldbg.trace.start(os.path.join(tempfile.mkdtemp(), "overhead.json.gz"), memory_hz=a.memory_hz, **extra)
         try:
-            return block()
+            return block(traced=True)
         finally:
             rldbg.trace.stop(export=False)
 
@@ -107,6 +117,15 @@ def step_ratio(run: DemoSteps, a) -> None:
     per = [statistics.median(t) / statistics.median(o) for o, t in rounds]
     lo, hi = interval(per, statistics.median)
     print(f"  median of the rounds' own ratios: {statistics.median(per):.3f}, 90% interval {lo:.3f} .. {hi:.3f}")
+    # CPU rather than wall time: what the whole job (driver, workers, collector, Ray's own
+    # processes) spent on each block, so waiting for a core another tenant holds does not count.
+    c_off = [c for t, c in cpu if not t]
+    c_on = [c for t, c in cpu if t]
+    pairs = list(zip(c_off, c_on))
+    ratio = sum(c_on) / sum(c_off)
+    lo, hi = interval(pairs, lambda ps: sum(y for _, y in ps) / sum(x for x, _ in ps))
+    print(f"  the job's CPU per step: untraced {sum(c_off) / len(off) / 1e6:.1f} ms, traced {sum(c_on) / len(on) / 1e6:.1f} ms, "
+          f"ratio {ratio:.3f}, 90% interval {lo:.3f} .. {hi:.3f} (rounds resampled as pairs)")
 
 
 def job_cpu_ns() -> dict:
@@ -140,7 +159,10 @@ def _window(seconds: float) -> dict:
 def standing_cost(one_step, memory_hz: float, seconds: float, rounds: int, flush) -> None:
     """Tracing's CPU per second with the job idle: alternating untraced and traced windows; one
     step before each window (outside it) so the workers have looked up the collector, or gone
-    quiet after a stop, before it is measured."""
+    quiet after a stop, before it is measured. An actor that does nothing runs through every
+    window: what it costs is the floor of the collector, itself a Ray actor."""
+    idle = IdleActor.remote()
+    ray.get(idle.ready.remote())
     off, on = [], []
     for _ in range(rounds):
         one_step()
@@ -167,6 +189,16 @@ def standing_cost(one_step, memory_hz: float, seconds: float, rounds: int, flush
     for n, (x, y) in sorted(per.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0])):
         if abs(y - x) >= 0.2:
             print(f"  {n:32s} {x:6.2f} -> {y:6.2f} ms/s ({y - x:+.2f})")
+    floor = [w.get("ray::IdleActor", 0.0) for w in off + on]
+    print(f"  an idle Ray actor that does nothing (the floor of any collector process): "
+          f"{statistics.mean(floor):.2f} ms/s (windows {', '.join(f'{x:.1f}' for x in floor)})")
+    ray.kill(idle)
+
+
+@ray.remote(num_cpus=0)
+class IdleActor:
+    def ready(self) -> bool:
+        return True
 
 
 def paired_ratio(rounds: list) -> float:
