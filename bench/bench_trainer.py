@@ -1,7 +1,7 @@
 """reference_trainer speed and learning, and TRL's GRPOTrainer on the same problem, in one run.
 
 Run on demand (not a test; TRL lives only in /tmp/trlvenv, which also sees the repo):
-    /tmp/trlvenv/bin/python bench/bench_trainer.py [--block 2] [--rounds 10] [--budget 150] [--parts throughput,converge]
+    /tmp/trlvenv/bin/python bench/bench_trainer.py [--block 2] [--rounds 30] [--budget 150] [--parts throughput,converge]
 
 throughput: the demo preset on 2 ranks and on 1 rank, with offload as the preset has it and with
     offload off, each beside a TRL GRPOTrainer run of the same model/tokenizer/prompts/reward/batch.
@@ -228,7 +228,7 @@ def converge(args) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--block", type=int, default=2, help="steps per block (throughput: ours and TRL alternate)")
-    p.add_argument("--rounds", type=int, default=10, help="blocks a side per configuration (throughput)")
+    p.add_argument("--rounds", type=int, default=30, help="blocks a side per configuration (throughput)")
     p.add_argument("--budget", type=int, default=0, help="step budget per convergence run (0: preset total_steps)")
     p.add_argument("--parts", default="throughput,converge")
     p.add_argument("--trl-threads", type=int, default=1, help="torch threads for TRL (ours: 1 per rank)")
