@@ -147,7 +147,7 @@ def throughput(args) -> None:
                         with warnings.catch_warnings():
                             warnings.simplefilter("ignore")  # TRL/transformers deprecation chatter
                             clock = run_trl_grpo(cfg, n_trl, threads=args.trl_threads, between=pairs.between)
-                report_pairs(label, ranks, pairs, None if run_trl_grpo is None else clock, args)
+                report_pairs(label, ranks, pairs, None if run_trl_grpo is None else clock)
     finally:
         stop_ray(started)
     if run_trl_grpo is None:
@@ -159,7 +159,7 @@ def throughput(args) -> None:
           "(offload.optimizer, file target on CPU: its pages unmapped and mapped again), TRL keeps it in memory.")
 
 
-def report_pairs(label: str, ranks: int, pairs: Pairs, clock, args) -> None:
+def report_pairs(label: str, ranks: int, pairs: Pairs, clock) -> None:
     ours = pairs.ours
     secs = sum(o[2] for o in ours)
     steps = len(ours) * pairs.block

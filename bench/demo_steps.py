@@ -19,8 +19,8 @@ from reference_trainer.workers.hybrid import load_tokenizer_for
 
 
 class DemoSteps:
-    def __init__(self, cfg: Config, sft: bool = True):
-        self.cfg, self.sft = cfg, sft
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
         self.groups: dict = {}
         self.n = 0
 
@@ -31,7 +31,7 @@ class DemoSteps:
             for g in self.groups.values():
                 g.init_model()
             task, tokenizer = get_task(cfg.data.task, **cfg.data.task_args), load_tokenizer_for(cfg.model.preset)
-            if self.sft and cfg.sft.steps:
+            if cfg.sft.steps:
                 warm_start(self.groups["actor"], task, tokenizer, cfg)   # as fit() does: same responses
             self.prompts = PromptSource(task, tokenizer, cfg.data.prompts_per_step, cfg.data.group_size,
                                         cfg.data.seed)

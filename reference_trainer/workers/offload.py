@@ -111,7 +111,6 @@ class Offloader:
                 pass
 
 
-
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)   # Linux 5.14+; Python 3.11 lacks the name
 ALIGN = 64
 
