@@ -73,8 +73,7 @@ def step_ratio(run: DemoSteps, a) -> None:
             t0 = time.perf_counter()
             run.step()
             out.append(time.perf_counter() - t0)
-        c1 = job_cpu_ns()
-        cpu.append((traced, sum(ns - c0[k] for k, ns in c1.items() if k in c0)))
+        cpu.append((traced, sum(cpu_since(c0).values())))
         return out
 
     block()  # warm-up: first calls pay for imports and allocations
@@ -144,16 +143,21 @@ def job_cpu_ns() -> dict:
     return out
 
 
+def cpu_since(before: dict) -> dict:
+    """{process name: CPU ns used since job_cpu_ns() gave `before`}, summed over same-named
+    processes; a process started in between is left out (it would count its start-up)."""
+    out: dict = {}
+    for key, ns in job_cpu_ns().items():
+        if key in before:
+            out[key[1]] = out.get(key[1], 0) + ns - before[key]
+    return out
+
+
 def _window(seconds: float) -> dict:
     """{name: ms of CPU a second} over `seconds` of doing nothing here, per process name."""
     a = job_cpu_ns()
     time.sleep(seconds)
-    b = job_cpu_ns()
-    out: dict = {}
-    for key, ns in b.items():
-        if key in a:   # a process started inside the window would count its start-up
-            out[key[1]] = out.get(key[1], 0.0) + (ns - a[key]) / seconds / 1e6
-    return out
+    return {name: ns / seconds / 1e6 for name, ns in cpu_since(a).items()}
 
 
 def standing_cost(one_step, memory_hz: float, seconds: float, rounds: int, flush) -> None:
