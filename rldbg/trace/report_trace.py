@@ -25,7 +25,15 @@ def process_names(meta: list) -> dict:
 # The instants an analysis reads (the rest, user marks among them, are not kept).
 _TRACE_START, _LOSSES = "rldbg trace start", "rldbg trace losses"
 _KEPT_INSTANTS = frozenset((_TRACE_START, _LOSSES, sentinel.EVENT))
+# The slices an analysis reads, by cat: all of them, or only those whose args have the key named
+# (a driver call's dispatch/send/wait/recv parts have no "mode" and are not kept).
+_KEPT_SLICES = {"call": None, "transition": None, "step": None, "driver_call": "mode"}
 _DROPPED = "rldbg dropped events"   # the exporter's counter of events dropped before shipping
+
+
+def _wanted_counter(name: str) -> bool:
+    """The counter tracks an analysis reads: a rank's memory or ledger, and the drop counter."""
+    return name == _DROPPED or _RANK_COUNTER.match(name) is not None
 
 
 def _ns(v) -> int:
@@ -66,7 +74,9 @@ class Trace:
         self.instants: list = []                 # the instants in _KEPT_INSTANTS, in order
         self.dropped_total = 0                   # the last _DROPPED counter's total
         self.names: dict = {}                    # pid -> role, from the process_name metadata
-        self._tracks: dict = {}   # (pid, counter name) -> where its samples go, found once per track
+        # (pid, counter name) -> {series: [(ts, value)]} as read, or False for a track no analysis
+        # reads; placed by role and rank in finish(), once every process is named
+        self.counters: dict = {}
         self._unnamed: list = []  # (index, list, pid): slices without a role whose pid had no name yet
 
     def add(self, by_ph: dict) -> None:
@@ -82,11 +92,12 @@ class Trace:
                  "step": self.steps}
         for e in by_ph.get("X", ()):
             cat = e.get("cat")
-            into = lists.get(cat)
-            if into is None:
+            if type(cat) is not str or cat not in lists:
                 continue   # user spans and the like: not part of the analysis
+            into = lists[cat]
             a = e.get("args") or {}
-            if cat == "driver_call" and "mode" not in a:
+            need = _KEPT_SLICES[cat]
+            if need is not None and need not in a:
                 continue   # the dispatch/send/wait/recv parts of a driver call
             t, d = e["ts"], e.get("dur", 0)
             # rldbg's own "123.456" µs: the digits are the ns (_ns() for anything else), inline:
@@ -105,46 +116,34 @@ class Trace:
             into.append({"name": e.get("name"), "ts": t, "dur": d, "end": t + d,
                          "role": role, "rank": a.get("rank", 0),
                          "step": a.get("step"), "method": a.get("method"), "flow": a.get("flow"), "args": a})
-        tracks = self._tracks
+        counters = self.counters
+        # As rldbg.trace._lines_c.scan() files the counter lines it reads itself (scan_rules()).
         for e in by_ph.get("C", ()):
-            name, pid = e.get("name", ""), e.get("pid")
-            track = (pid, name if type(name) is str else str(name))
-            where = tracks.get(track)
-            if where is None:
-                where = tracks[track] = self._track(track)
-            if where is False:
-                continue
             args = e.get("args")
             if not args:
+                continue
+            name, pid = e.get("name", ""), e.get("pid")
+            track = (pid, name if type(name) is str else str(name))
+            series_of = counters.get(track)
+            if series_of is None:
+                series_of = counters[track] = {} if _wanted_counter(track[1]) else False
+            if series_of is False:
                 continue
             t = e["ts"]
             try:
                 t = int(t.replace(".", "")) if type(t) is str and t[-4:-3] == "." else _ns(t)
             except ValueError:
                 t = _ns(t)
-            if type(where) is list:   # its pid not named yet, or the exporter's drop counter
-                where.append((t, args))
-                continue
-            series_of = where[3]
             for series, v in args.items():
-                got = series_of.get(series)   # the track's list of each of its series, found once
+                got = series_of.get(series)
                 if got is None:
-                    got = series_of[series] = where[2][(where[0], where[1], series)]
+                    got = series_of[series] = []
                 got.append((t, v))
 
-    def _track(self, track: tuple):
-        """Where a counter track's samples go: (role, rank, self.mem or self.ledger, {series: list})
-        for a rank's memory or ledger; a list to hold them until finish() for one whose process
-        is not named yet, and for the drop counter; False for any other counter."""
-        if track[1] == _DROPPED:
-            return []
-        m = _RANK_COUNTER.match(track[1])
-        if not m:
-            return False
-        role = self.names.get(track[0])
-        if role is None:
-            return []
-        return role, int(m.group(1)), self.mem if m.group(2) == "memory" else self.ledger, {}
+    def scan_rules(self) -> tuple:
+        """What rldbg.trace._lines_c.scan() needs to skip the lines add() would drop and file the
+        counter samples add() would keep (rldbg.trace.load_pieces passes them on)."""
+        return _KEPT_SLICES, _KEPT_INSTANTS, self.counters, _wanted_counter
 
     def spawn(self) -> "Trace":
         """An empty Trace for the pieces after this one's, knowing the processes named so far
@@ -164,24 +163,20 @@ class Trace:
             self._unnamed.append((n + i, a, pid))
         for a, b in pairs:
             a += b
-        for d, o in ((self.mem, later.mem), (self.ledger, later.ledger)):
-            for k, v in o.items():
-                d[k] += v   # finish() sorts
         self.meta += later.meta
         self.names.update(later.names)
         self.instants += later.instants
-        for track, held in later._tracks.items():
-            if type(held) is not list:   # its samples are in later.mem / later.ledger, merged above
-                continue
-            where = self._tracks.get(track)
-            if where is None:
-                self._tracks[track] = held
-            elif type(where) is list:
-                where += held
-            elif where is not False:   # named here after the other process started: placed now
-                for t, args in held:
-                    for series, v in args.items():
-                        where[2][(where[0], where[1], series)].append((t, v))
+        for track, series_of in later.counters.items():
+            mine = self.counters.get(track)
+            if mine is None:
+                self.counters[track] = series_of
+            elif mine is not False:
+                for series, samples in series_of.items():
+                    got = mine.get(series)
+                    if got is None:
+                        mine[series] = samples
+                    else:
+                        got += samples
 
     def finish(self) -> "Trace":
         """After the last add(): the roles and counter samples that waited for a process's name,
@@ -190,19 +185,22 @@ class Trace:
         for i, into, pid in self._unnamed:
             into[i]["role"] = names.get(pid)
         self._unnamed = []
-        for track, where in list(self._tracks.items()):
-            if type(where) is not list:
+        for (pid, name), series_of in self.counters.items():
+            if not series_of:
                 continue
-            if track[1] == _DROPPED:
-                if where:
-                    self.dropped_total = (where[-1][1] or {}).get("total") or 0
+            if name == _DROPPED:
+                total = sorted(series_of.get("total") or ())
+                if total:   # the latest total (the counter only grows)
+                    self.dropped_total = total[-1][1] or 0
                 continue
-            self._tracks[track] = None
-            resolved = self._track(track)
-            if type(resolved) is tuple:
-                for t, args in where:
-                    for series, v in args.items():
-                        resolved[2][(resolved[0], resolved[1], series)].append((t, v))
+            m, role = _RANK_COUNTER.match(name), names.get(pid)
+            if role is None:
+                continue   # a process never named: its samples belong to no role
+            into = self.mem if m.group(2) == "memory" else self.ledger
+            rank = int(m.group(1))
+            for series, samples in series_of.items():
+                into[(role, rank, series)] += samples
+        self.counters = {}
         for d in (self.mem, self.ledger):
             for v in d.values():
                 v.sort()
