@@ -25,27 +25,42 @@ C = fastpath.LINES   # None only where the build failed: test_the_switch_and_the
 
 _CALL = ('{"ph":"X","pid":2,"tid":1,"cat":"call","name":"update","ts":"10.000","dur":"5.000",'
          '"args":{"role":"actor","rank":0,"step":1,"method":"update","flow":1},"bind_id":3,"flow_in":true}')
-# (line, what the C does with it alone: "skip", "file" (a counter sample filed) or "other")
+# (line, what the C does with it alone: "skip", "file" (a counter sample filed), "slice" (a kept
+# slice's record made) or "other" (handed back))
 LINES = [
     ('{"ph":"M","pid":2,"name":"process_name","args":{"name":"actor"}}', "other"),
     ('{"ph":"M","pid":3,"name":"process_name","args":{"name":"crític"}}', "other"),
     ('{"ph":"M","pid":2,"tid":1,"name":"thread_name","args":{"pid":1,"node_id":"n","node_ip":"","name":"rank 0"}}',
      "other"),
-    (_CALL, "other"),
+    (_CALL, "slice"),
     # a call whose role comes from its process, named further down
     ('{"ph":"X","pid":4,"tid":2,"cat":"call","name":"gen","ts":"11.000","dur":"2.000",'
-     '"args":{"rank":1,"step":1,"method":"gen","flow":2}}', "other"),
+     '"args":{"rank":1,"step":1,"method":"gen","flow":2}}', "slice"),
+    ('{"ph":"X","pid":2,"cat":"call","name":"更新","ts":"14.500","dur":"1.000","args":{"rank":0,"who":"crític",'
+     '"l":[1,2.5,{"x":null,"y":[]}],"b":false}}', "slice"),
+    ('{"ph":"X","pid":2,"cat":"call","name":"no dur","ts":"14.600","args":null}', "slice"),
+    ('{"ph":"X","cat":"call","ts":"14.700","dur":"1.000"}', "slice"),   # no name, pid or args
+    ('{"ph":"X","pid":2,"cat":"call","name":"role 5","ts":"14.750","dur":"1.000","args":{"role":5}}', "other"),
+    ('{"ph":"X","pid":2,"cat":"call","name":"role null","ts":"14.760","dur":"1.000","args":{"role":null}}',
+     "other"),
+    ('{"ph":"M","pid":7,"name":"process_name","args":{"name":7}}', "other"),   # names nothing
+    ('{"ph":"X","pid":2,"cat":"call","name":"dur a number","ts":"14.800","dur":1}', "other"),
+    ('{"ph":"X","pid":"2","cat":"call","name":"pid text","ts":"14.900","dur":"1.000"}', "other"),
+    ('{"ph":"X","pid":2,"cat":"call","name":"nested twice","ts":"14.950","dur":"1.000",'
+     '"args":{"rank":0,"m":{"a":1,"a":2}}}', "other"),
+    ('{"ph":"X","pid":2,"cat":"call","name":"19 digits","ts":"14.960","dur":"1.000",'
+     '"args":{"rank":0,"big":1700000000000000000}}', "other"),
     ('{"ph":"X","pid":2,"cat":"call","name":"n","ts":12,"dur":1.5,"args":{"rank":0}}', "other"),
     ('{"ph":"X","pid":2,"cat":"call","name":"two decimals","ts":"13.50","dur":"1","args":{"rank":0}}', "other"),
     ('{"ph":"X","pid":2,"cat":"call","name":"更新","ts":"14.000","dur":"1.000","args":{"rank":0,"note":"a\\"b\\n"}}',
      "other"),
     ('{"ph":"X","pid":2,"cat":"call","name":"\\u00e9","ts":"15.000","dur":"1.000","args":{"rank":0}}', "other"),
     ('{"ph":"X","pid":3,"tid":1,"cat":"transition","name":"offload","ts":"16.000","dur":"1.000",'
-     '"args":{"role":"actor","rank":0,"step":1,"frees":["params"],"mem_before":10,"mem_after":5}}', "other"),
+     '"args":{"role":"actor","rank":0,"step":1,"frees":["params"],"mem_before":10,"mem_after":5}}', "slice"),
     ('{"ph":"X","pid":1,"tid":1,"cat":"step","name":"step 1","ts":"0.000","dur":"100.000",'
-     '"args":{"role":"driver","rank":0,"step":1}}', "other"),
+     '"args":{"role":"driver","rank":0,"step":1}}', "slice"),
     ('{"ph":"X","pid":1,"tid":1,"cat":"driver_call","name":"update","ts":"9.000","dur":"7.000",'
-     '"args":{"role":"driver","rank":0,"step":1,"mode":"DP_COMPUTE_PROTO"}}', "other"),
+     '"args":{"role":"driver","rank":0,"step":1,"mode":"DP_COMPUTE_PROTO"}}', "slice"),
     ('{"ph":"X","pid":1,"tid":1,"cat":"driver_call","name":"dispatch","ts":"9.000","dur":"1.000",'
      '"args":{"role":"driver","rank":0,"step":1}}', "skip"),
     ('{"ph":"X","pid":1,"cat":"driver_call","name":"send","ts":"9.500","dur":"1.000","args":null}', "skip"),
@@ -67,7 +82,7 @@ LINES = [
     ('{"ph":"X","pid":2,"cat":["call"],"name":"cat a list","ts":"10.080","dur":"1.000"}', "other"),
     ('{"ph":"X","pid":2,"cat":"user","name":"dur 0","ts":"10.090"}', "skip"),
     (' { "ph" : "X" , "pid" : 2 , "cat" : "call" , "name" : "spaced" , "ts" : "17.000" , "dur" : "1.000" ,'
-     ' "args" : { "rank" : 0 } } ', "other"),
+     ' "args" : { "rank" : 0 , "l" : [ 1 , { } ] } } ', "slice"),
     ('{"ph":"X","ph":"i","pid":2,"cat":"user","name":"ph twice","ts":"18.000","dur":"1.000"}', "other"),
     ('{"ph":"X","pid":2,"cat":"user","cat":"call","name":"cat twice","ts":"18.500","dur":"1.000",'
      '"args":{"rank":0}}', "other"),
@@ -162,7 +177,7 @@ def test_every_kind_of_line_leaves_the_trace_the_python_leaves(tmp_path, monkeyp
     calls = []
     real = C.scan
     monkeypatch.setattr(fastpath, "LINES", type("Counting", (), {"scan": staticmethod(
-        lambda *a: calls.append(1) or real(*a))}))
+        lambda *a: calls.append(1) or real(*a)), "in_order": staticmethod(C.in_order)}))
     assert _facts(_read(path, monkeypatch, c=True)) == want
     assert calls   # the C did read it
 
@@ -177,7 +192,14 @@ def test_what_the_c_answers_itself_line_by_line():
         got = C.scan(raw, 2, raw.rfind(b"]"), True, *t.scan_rules())
         assert got is not None, line
         filed = sum(len(v) for s in t.counters.values() if s for v in s.values())
-        if want == "other":
+        made = t.calls + t.transitions + t.driver_calls + t.steps
+        assert len(made) == (want == "slice"), line
+        if want == "slice":
+            whole = Trace.empty()
+            whole.add({"X": [orjson.loads(line)]})
+            assert made == whole.calls + whole.transitions + whole.driver_calls + whole.steps, line
+            assert t._unnamed == whole._unnamed and got == b"", line
+        elif want == "other":
             assert got and not filed, line
             back = orjson.loads(got)
             events = [e for es in back.values() for e in es] if type(back) is dict else back
@@ -187,16 +209,29 @@ def test_what_the_c_answers_itself_line_by_line():
             assert bool(filed) == (want == "file") or line.startswith('{"ph":"C","pid":2,"name":"x"'), line
 
 
+def _line(start: str) -> str:
+    return next(line for line, _ in LINES if line.startswith(start))
+
+
 @needs_c
 def test_valid_lines_come_back_split_by_phase_and_in_file_order():
-    lines = [_CALL, LINES[0][0], _CALL.replace("10.000", "11.000"), LINES[29][0]]   # the trace start's
-    assert '"origin_unix_ns":1700000000000000000' in lines[-1]   # 19 digits: an integer to orjson
+    """A range's kept slices are all made here or all handed back (in file order among the rest):
+    one with a numeric time makes them all the Python's."""
+    numeric = _line('{"ph":"X","pid":2,"cat":"call","name":"n"')
+    start = _line('{"ph":"i","s":"g"')
+    assert '"origin_unix_ns":1700000000000000000' in start   # 19 digits: an integer to orjson
+    lines = [_CALL, LINES[0][0], numeric, start]
     raw = _text(lines)
-    got = orjson.loads(C.scan(raw, 2, raw.rfind(b"]"), True, *Trace.empty().scan_rules()))
-    assert list(got) == ["X", "M", "i"] and [e["ts"] for e in got["X"]] == ["10.000", "11.000"]
+    t = Trace.empty()
+    got = orjson.loads(C.scan(raw, 2, raw.rfind(b"]"), True, *t.scan_rules()))
+    assert list(got) == ["X", "M", "i"] and [e["ts"] for e in got["X"]] == ["10.000", 12]
+    assert t.calls == []
     raw = _text(lines + ['{"ph":"X","ts":"soon"}'])   # one not valid: all in one array, in order
     got = orjson.loads(C.scan(raw, 2, raw.rfind(b"]"), True, *Trace.empty().scan_rules()))
     assert type(got) is list and got[0]["ts"] == "10.000" and got[-1]["ts"] == "soon"
+    raw = _text(lines[:2] + [start])   # every kept slice made here: the rest come back
+    got = orjson.loads(C.scan(raw, 2, raw.rfind(b"]"), True, *t.scan_rules()))
+    assert list(got) == ["M", "i"] and [c["ts"] for c in t.calls] == [10000]
 
 
 @needs_c
@@ -286,3 +321,70 @@ def test_the_switch_and_the_cli(tmp_path):
             outs.append(r.stdout)
     assert outs[0] == outs[2] and outs[1] == outs[3]
     assert "malformed" in outs[0] and json.loads(outs[1])["memory_peaks"]
+
+
+@needs_c
+def test_an_exported_run_is_read_by_the_c_and_the_same(tmp_path, monkeypatch):
+    """A trace as `rldbg export` writes it: every kept slice made and every counter sample filed
+    in C (the Python's add() sees no slice and no counter), and the Trace the Python makes."""
+    from rldbg.trace import events as ev
+    from rldbg.trace.export import export_spill
+    from rldbg.trace.spill import SpillWriter
+    t0 = 1_700_000_000_000_000_000
+    spill = str(tmp_path / "run.spill")
+    w = SpillWriter(spill, {"origin_ns": t0, "job_id": "j"})
+    batch = []
+    for i in range(3000):
+        rank, t = i % 4, t0 + i * 1_000_000
+        if i % 100 == 0:
+            batch.append(ev.slice_event("step", f"step {i // 100}", t, 99_000_000, "driver", 0, i // 100, None))
+        batch += [ev.slice_event("call", "update_actor", t, 900_000, "actor", rank, i // 100, "update_actor", i,
+                                 {"group": "actor", "n": [1, 2.5, None]}),
+                  ev.slice_event("user", "forward", t + 10, 1000, "actor", rank, i // 100, "update_actor", None, {}),
+                  ev.memory_event(t, "actor", rank, None, None, {"rss": (1 << 30) + i}),
+                  ev.instant_event("user", "mark", t, "actor", rank, None, None, {})]
+    w.write({"pid": 1, "host": "h", "dropped": 0, "events": batch})
+    w.close()
+    out = str(tmp_path / "run.json")
+    export_spill(spill, out)
+    monkeypatch.setattr(load_pieces, "_PIECE", 4096)
+    want = _facts(_read(out, monkeypatch, c=False))
+    assert len(want["calls"]) == 3000 and len(want["steps"]) == 30 and want["mem"]
+    seen = []
+    real_add = Trace.add
+    monkeypatch.setattr(Trace, "add", lambda self, by_ph: seen.extend(by_ph.get("X", []) + by_ph.get("C", []))
+                        or real_add(self, by_ph))
+    assert _facts(_read(out, monkeypatch, c=True)) == want
+    assert seen == []
+
+
+@needs_c
+def test_in_order_says_whether_a_sort_would_change_the_list():
+    """finish() skips the sort of a series already in order: exactly when sorting would leave it."""
+    rnd = random.Random(3)
+    cases = [[], [(1, 5)], [(1, 5), (2, 1)], [(2, 1), (1, 5)], [(1, 5), (1, 5)], [(1, 5), (1, 4)], [(1, 4), (1, 5)],
+             [(1 << 70, 1), (1 << 71, 0)], [(1 << 71, 1), (1 << 70, 0)], [(-3, 1), (-2, 0)], [(1.5, 1), (2, 0)],
+             [(2, 0), (1.5, 1)], [(1, None), (2, "x")], [(1, "x"), (1, "y")]]
+    for _ in range(300):
+        n = rnd.randint(0, 6)
+        cases.append([(rnd.randint(0, 3), rnd.randint(0, 3)) for _ in range(n)])
+    for samples in cases:
+        assert C.in_order(samples) == (sorted(samples) == samples), samples
+    # a tie whose values do not compare: not in order as far as it can tell (the sort then raises)
+    assert C.in_order([(1, None), (1, "x")]) is False
+    with pytest.raises(TypeError):
+        sorted([(1, None), (1, "x")])
+
+
+@needs_c
+def test_names_that_share_a_cache_slot_stay_apart(tmp_path, monkeypatch):
+    """Thousands of distinct method names, roles and keys of one length: the C's cache of short
+    strings (1,024 slots) is shared by many of them, and each record keeps its own."""
+    lines = [f'{{"ph":"X","pid":2,"cat":"call","name":"m{i:04d}","ts":"{i}.000","dur":"1.000",'
+             f'"args":{{"role":"r{i % 3000:04d}","rank":0,"method":"m{i:04d}","k{i % 2000:04d}":"v{i:04d}"}}}}'
+             for i in range(6000)]
+    path = tmp_path / "t.json"
+    path.write_bytes(_text(lines))
+    want = _facts(_read(path, monkeypatch, c=False))
+    got = _facts(_read(path, monkeypatch, c=True))
+    assert got == want and len({c["method"] for c in got["calls"]}) == 6000

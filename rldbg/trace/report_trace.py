@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from rldbg import sentinel
+from rldbg import fastpath, sentinel
 from rldbg.trace.load import TraceFileError, phases, ts_ns
 from rldbg.trace.load_pieces import read_by_phase
 
@@ -17,9 +17,16 @@ _RANK_COUNTER = re.compile(r"^rank (\d+) (memory|ledger)$")
 
 
 def process_names(meta: list) -> dict:
-    """pid -> role, from the process_name metadata."""
-    return {e["pid"]: e["args"].get("name") for e in meta
-            if e.get("ph") == "M" and e.get("name") == "process_name" and e.get("args") and "pid" in e}
+    """pid -> role, from the process_name metadata (a name that is not a string names nothing)."""
+    return {e["pid"]: e["args"]["name"] for e in meta
+            if e.get("ph") == "M" and e.get("name") == "process_name" and e.get("args") and "pid" in e
+            and type(e["args"].get("name")) is str}
+
+
+def _role(role, pid) -> str:
+    """A slice's role as the analyses sort and print it: a string, also where the slice's args
+    name none (None) and its process was never named, or name something else."""
+    return role if type(role) is str else f"pid {pid}" if role is None else str(role)
 
 
 # The instants an analysis reads (the rest, user marks among them, are not kept).
@@ -108,10 +115,10 @@ class Trace:
             except ValueError:   # "1.5e3"
                 t, d = _ns(e["ts"]), _ns(e.get("dur", 0))
             if "role" in a:
-                role = a["role"]
+                role = _role(a["role"], e.get("pid"))
             else:
-                role = names.get(e.get("pid"))
-                if role is None and e.get("pid") not in names:
+                role = names.get(e.get("pid"))   # a string, or the process is not named yet
+                if role is None:
                     self._unnamed.append((len(into), into, e.get("pid")))
             into.append({"name": e.get("name"), "ts": t, "dur": d, "end": t + d,
                          "role": role, "rank": a.get("rank", 0),
@@ -141,9 +148,12 @@ class Trace:
                 got.append((t, v))
 
     def scan_rules(self) -> tuple:
-        """What rldbg.trace._lines_c.scan() needs to skip the lines add() would drop and file the
-        counter samples add() would keep (rldbg.trace.load_pieces passes them on)."""
-        return _KEPT_SLICES, _KEPT_INSTANTS, self.counters, _wanted_counter
+        """What rldbg.trace._lines_c.scan() needs to take lines as add() takes their events: skip
+        those it would drop, file the counter samples and make the kept slices' records it would
+        keep (rldbg.trace.load_pieces passes them on)."""
+        into = {"call": self.calls, "transition": self.transitions, "driver_call": self.driver_calls,
+                "step": self.steps}
+        return _KEPT_SLICES, _KEPT_INSTANTS, self.counters, _wanted_counter, into, self.names, self._unnamed
 
     def spawn(self) -> "Trace":
         """An empty Trace for the pieces after this one's, knowing the processes named so far
@@ -183,7 +193,7 @@ class Trace:
         and the series sorted by time."""
         names = self.names
         for i, into, pid in self._unnamed:
-            into[i]["role"] = names.get(pid)
+            into[i]["role"] = _role(names.get(pid), pid)
         self._unnamed = []
         for (pid, name), series_of in self.counters.items():
             if not series_of:
@@ -201,9 +211,11 @@ class Trace:
             for series, samples in series_of.items():
                 into[(role, rank, series)] += samples
         self.counters = {}
+        in_order = fastpath.LINES.in_order if fastpath.LINES else None
         for d in (self.mem, self.ledger):
             for v in d.values():
-                v.sort()
+                if in_order is None or not in_order(v):
+                    v.sort()
         return self
 
     def check(self) -> None:
