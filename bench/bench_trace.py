@@ -5,9 +5,10 @@ per-process buffer; shipping happens on the flusher thread and is not on this pa
 cost with tracing off, a traced span end to end (recorded in a process attached to a real
 collector on a local Ray, shipped and acknowledged: the process's CPU per event, recording and
 the shipper's packing and sending together), export speed for N events (default 1M) from a
-spill directory, and `rldbg report` (a subprocess, as a user runs it) on that trace; then the
-same two for N events shaped like a reference-trainer run's (counters, transitions, call slices
-and driver calls with the args they really carry: bench/run_shaped.py). Each figure prints its
+spill directory, and `rldbg report` (a subprocess, as a user runs it, and again with the Python
+reader) on that trace; then the same two for N events shaped like a reference-trainer run's
+(counters, transitions, call slices and driver calls with the args they really carry:
+bench/run_shaped.py). Each figure prints its
 goal (issue 12) beside it. Where the C hot paths are built (rldbg/_api_c.c) the recording lines
 are measured twice in the same run: as they run (C), and through the Python implementation.
 """
@@ -322,14 +323,16 @@ def export_run_shaped(n_events: int, out_dir: str) -> dict:
     return {"events": n, "seconds": time.perf_counter() - t0, "jobs": export_jobs.choose(spill, None)}
 
 
-def report_speed(trace: str) -> dict:
-    """`rldbg report` on the trace as a user runs it: a fresh process, imports included."""
+def report_speed(trace: str, python: bool = False) -> dict:
+    """`rldbg report` on the trace as a user runs it: a fresh process, imports included; python:
+    with RLDBG_PURE_PYTHON=1 (every line parsed by orjson, rldbg/trace/_lines_c.c off)."""
+    env = dict(os.environ, **{fastpath.PURE_PYTHON: "1" if python else ""})
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "rldbg", "report", trace], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "rldbg", "report", trace], capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"rldbg report failed (rc {r.returncode}): {r.stderr.strip()[-500:]}")
-    return {"seconds": dt}
+    return {"seconds": dt, "text": r.stdout}
 
 
 def floors(spill: str, trace: str) -> dict:
@@ -512,12 +515,14 @@ def main() -> None:
               f"their args, driver calls) to .json, {v['jobs']} process(es)   {v['seconds']:.2f} s"
               f"{_per_1m(v['seconds'] * 1_000_000 / v['events'], 1.5)}")
         from rldbg.commands.report import reading_jobs
-        r = report_speed(os.path.join(d, "bench.json"))
-        print(f"rldbg report on the {a.events:,}-event trace ({reading_jobs()} process(es) reading)  "
-              f"{r['seconds']:6.2f} s{_per_1m(r['seconds'] * per_m, 3)}")
-        r = report_speed(os.path.join(d, "run.json"))
-        print(f"rldbg report on the {v['events']:,}-event trace shaped like a trainer run's  {r['seconds']:6.2f} s"
-              f"{_per_1m(r['seconds'] * 1_000_000 / v['events'], 3)}")
+        for trace, n, what in (("bench.json", a.events, ""), ("run.json", v["events"], " shaped like a trainer run's")):
+            # as it runs, then the Python reader beside it (the same report, or the bench stops)
+            r, py = report_speed(os.path.join(d, trace)), report_speed(os.path.join(d, trace), python=True)
+            if r["text"] != py["text"]:
+                raise SystemExit(f"rldbg report printed another report with RLDBG_PURE_PYTHON=1 on {trace}")
+            print(f"rldbg report on the {n:,}-event trace{what} ({reading_jobs()} process(es) reading, "
+                  f"{fastpath.READ_IMPLEMENTATION.upper()})  {r['seconds']:6.2f} s{_per_1m(r['seconds'] * 1e6 / n, 3)}"
+                  f"   (Python reader: {py['seconds']:.2f} s, the same report)")
         fl = floors(os.path.join(d, "bench.spill"), os.path.join(d, "bench.json"))
         print(f"  floors here: in Python, reading the spill + one minimal f-string per event {fl['export_s']:.2f} s "
               f"(the C implementation reads the spill's bytes in place); "

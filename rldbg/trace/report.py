@@ -94,8 +94,13 @@ def stragglers(t: Trace, ratio: float = STRAGGLER_RATIO) -> dict:
         if len(durs) < 2:
             continue
         skew[(role, method)].append(max(durs.values()) / max(min(durs.values()), 1))
-        for rank, d in durs.items():
-            peers = statistics.median([v for r, v in durs.items() if r != rank])
+        if len(durs) == 2:   # each rank's peer is the other (the median of one), half of all calls here
+            (r1, d1), (r2, d2) = durs.items()
+            against = ((r1, d1, d2), (r2, d2, d1))
+        else:
+            against = [(rank, d, statistics.median([v for r, v in durs.items() if r != rank]))
+                       for rank, d in durs.items()]
+        for rank, d, peers in against:
             ratios[(role, method, rank)].append(d / max(peers, 1))
             excess[(role, method, rank)].append(d - peers)
     found = []
@@ -225,18 +230,22 @@ def analyse_trace(path: str) -> tuple[dict, Trace]:
 def analysis(t: Trace, jobs: int = 1) -> dict:
     """What a read trace says (TraceFileError if it holds no rldbg slices). The analyses only
     read the Trace; with `jobs` > 1 (only from a process without threads: the report's CLI) and
-    many slices, the memory peaks (the longest of them) are worked out by a forked helper
-    while this process does the rest."""
+    many slices, the memory peaks and leak suspicions (the two that read the memory series,
+    about as long as the rest together) are worked out by a forked helper while this process
+    does the rest."""
     t.check()
     apart = jobs > 1 and len(t.calls) + len(t.transitions) >= PEAKS_APART
-    with no_gc(), (Forked(lambda: memory_peaks(t)) if apart else contextlib.nullcontext()) as helper:
+
+    def memory() -> tuple:
+        return memory_peaks(t), leaks(t)
+    with no_gc(), (Forked(memory) if apart else contextlib.nullcontext()) as helper:
         out = {"trace": t.path, "ranks": ranks(t.meta), "clock": clock(t.instants), "time": role_shares(t),
                **stragglers(t), "controller": controller_idle(t), "memory_peaks": None,
-               "leaks": leaks(t), "nonfinite": sentinel.alarms(t.instants)}
+               "leaks": None, "nonfinite": sentinel.alarms(t.instants)}
         try:
-            out["memory_peaks"] = helper.result() if helper is not None else memory_peaks(t)
+            out["memory_peaks"], out["leaks"] = helper.result() if helper is not None else memory()
         except HelperLost:
-            out["memory_peaks"] = memory_peaks(t)
+            out["memory_peaks"], out["leaks"] = memory()
     return out
 
 
