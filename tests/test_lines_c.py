@@ -73,7 +73,8 @@ LINES = [
      '"args":{"role":"actor","rank":0,"step":1,"method":"update"}}', "skip"),
     ('{"ph":"X","pid":2,"cat":"user","name":"nested","ts":"10.020","dur":"1.000",'
      '"args":{"a":[1,[2,{"b":null}],"x"],"m":{},"f":-0.5,"t":true}}', "skip"),
-    ('{"ph":"X","pid":2,"cat":"user","name":"exp","ts":"10.030","dur":"1.000","args":{"e":1e5}}', "other"),
+    ('{"ph":"X","pid":2,"cat":"user","name":"exp","ts":"10.030","dur":"1.000","args":{"e":1e5}}', "skip"),
+    ('{"ph":"X","pid":2,"cat":"user","name":"exp-3","ts":"10.036","dur":"1.000","args":{"e":1E-300}}', "other"),
     ('{"ph":"X","pid":2,"cat":"user","name":"big","ts":"10.040","dur":"1.000",'
      '"args":{"i":123456789012345678901234}}', "other"),
     ('{"ph":"X","pid":2,"cat":"user","name":"ünïcode ✓","ts":"10.050","dur":"1.000","args":{"s":"😀"}}', "skip"),
@@ -107,7 +108,9 @@ LINES = [
     ('{"ph":"C","pid":2,"name":"rank 1 memory","ts":"22.50","args":{"rss":8}}', "other"),   # not "123.456"
     ('{"ph":"C","pid":2,"name":"rank 1 memory","ts":"23.000","args":{"rss":{"x":1}}}', "other"),
     ('{"ph":"C","pid":2,"name":"rank 1 memory","ts":"23.500","args":{"rss":1,"rss":2}}', "other"),
-    ('{"ph":"C","pid":2,"name":"rank 1 memory","ts":"24.000","args":{"rss":1e3}}', "other"),
+    ('{"ph":"C","pid":2,"name":"rank 1 memory","ts":"24.000","args":{"rss":1e3,"f":-2.7939677238464355e-09}}',
+     "file"),
+    ('{"ph":"C","pid":2,"name":"rank 1 memory","ts":"24.200","args":{"rss":1e+100}}', "other"),
     ('{"ph":"C","pid":2,"name":"rank 1 memory","ts":"24.500","args":{"rss":"\\u0031"}}', "other"),
     ('{"ph":"C","pid":2,"name":"rank 1 memory","ts":"25.000","args":{' +
      ",".join(f'"s{i}":{i}' for i in range(17)) + "}}", "other"),   # more series than the C reads
@@ -154,10 +157,16 @@ def _facts(t: Trace) -> dict:
             "dropped": t.dropped_total, "names": t.names, "notes": t.notes}
 
 
-def _read(path, monkeypatch, c: bool, jobs: int = 1) -> Trace:
+def _read(path, monkeypatch, c: bool, jobs: int = 1, whole: bool = True) -> Trace:
+    """The Trace read with or without the C; whole=False: the tolerant whole-file reader made to
+    fail, to show the pieces were read."""
     with monkeypatch.context() as m:
         if not c:
             m.setattr(fastpath, "LINES", None)
+        if not whole:
+            def refuse(*a, **k):
+                raise AssertionError("read whole")
+            m.setattr(load_pieces, "_load", refuse)
         return read_trace(str(path), jobs=jobs)
 
 
@@ -170,7 +179,7 @@ def test_every_kind_of_line_leaves_the_trace_the_python_leaves(tmp_path, monkeyp
     path = tmp_path / "t.json"
     path.write_bytes(_text([line for line, _ in LINES]))
     monkeypatch.setattr(load_pieces, "_PIECE", piece)
-    want = _facts(_read(path, monkeypatch, c=False))
+    want = _facts(_read(path, monkeypatch, c=False, whole=False))
     assert want["notes"] == ["7 malformed event(s) skipped (missing or bad ph/ts/dur/args)"]
     assert want["mem"][("actor", 0, "rss")][:2] == [(-1, -1), (20000, 1073741000)]
     assert want["dropped"] == 4 and want["calls"][1]["role"] == "rollout"
@@ -178,7 +187,7 @@ def test_every_kind_of_line_leaves_the_trace_the_python_leaves(tmp_path, monkeyp
     real = C.scan
     monkeypatch.setattr(fastpath, "LINES", type("Counting", (), {"scan": staticmethod(
         lambda *a: calls.append(1) or real(*a)), "in_order": staticmethod(C.in_order)}))
-    assert _facts(_read(path, monkeypatch, c=True)) == want
+    assert _facts(_read(path, monkeypatch, c=True, whole=False)) == want
     assert calls   # the C did read it
 
 
@@ -261,10 +270,15 @@ def test_invalid_utf8_is_refused_as_orjson_refuses_it():
 
 @needs_c
 def test_files_the_tolerant_reader_takes_are_read_the_same(tmp_path, monkeypatch):
-    """Pretty-printed, a missing comma, a file cut short: the tolerant reader's, with its notes."""
+    """Pretty-printed, a missing comma, a file cut short, a number orjson refuses (the C hands its
+    line back, orjson refuses the piece): the tolerant reader's, with its notes."""
     good = [line for line, _ in LINES[:12]]
+    refused = ('{"ph":"X","pid":2,"cat":"user","name":"exp3","ts":"10.035","dur":"1.000","args":{"e":1e400}}')
+    raw = _text([refused])
+    assert C.scan(raw, 2, raw.rfind(b"]"), True, *Trace.empty().scan_rules()) == b"[" + refused.encode() + b"]"
     for name, text in [("pretty", json.dumps([json.loads(x) for x in good], indent=1).encode()),
                        ("comma", _text(good).replace(b"},\n", b"}\n", 1)),
+                       ("refused", _text(good + [refused])),
                        ("cut", _text(good)[:-60])]:
         path = tmp_path / f"{name}.json"
         path.write_bytes(text)
@@ -277,11 +291,11 @@ def test_files_the_tolerant_reader_takes_are_read_the_same(tmp_path, monkeypatch
 @needs_c
 def test_a_trace_read_by_two_processes_is_the_same(tmp_path, monkeypatch):
     path = tmp_path / "t.json"
-    path.write_bytes(_text([line for line, _ in LINES] * 20))
+    path.write_bytes(_text([line for line, _ in LINES if line] * 20))
     monkeypatch.setattr(load_pieces, "_PIECE", 400)
     monkeypatch.setattr(load_pieces, "_SIDE_BY_SIDE", 0)
-    want = _facts(_read(path, monkeypatch, c=False))
-    assert _facts(_read(path, monkeypatch, c=True, jobs=2)) == want
+    want = _facts(_read(path, monkeypatch, c=False, whole=False))
+    assert _facts(_read(path, monkeypatch, c=True, jobs=2, whole=False)) == want
 
 
 @needs_c
@@ -289,8 +303,8 @@ def test_counter_values_are_the_values_orjson_reads():
     rnd = random.Random(7)
     values = [rnd.uniform(-1e6, 1e6) for _ in range(300)] + [rnd.random() * 10 ** -rnd.randint(0, 12)
                                                              for _ in range(300)]
-    texts = [repr(v) for v in values if "e" not in repr(v)] + ["0.1", "-0.0", "123456789012345678",
-                                                               "-999999999999999999", "0", "1.7976931348623157"]
+    texts = [repr(v) for v in values] + ["0.1", "-0.0", "123456789012345678", "-999999999999999999", "0",
+                                         "1.7976931348623157", "1E5", "2.5e+07", "-4e-99", "9.999999999999999e99"]
     lines = [f'{{"ph":"C","pid":2,"name":"rank 0 memory","ts":"{i}.000","args":{{"v":{v}}}}}'
              for i, v in enumerate(texts)]
     raw = _text(lines)
@@ -298,7 +312,7 @@ def test_counter_values_are_the_values_orjson_reads():
     assert C.scan(raw, 2, raw.rfind(b"]"), True, *t.scan_rules()) == b""
     got = [v for _, v in t.counters[(2, "rank 0 memory")]["v"]]
     want = [e["args"]["v"] for e in orjson.loads(raw)]
-    assert len(got) == len(texts) > 300
+    assert len(got) == len(texts) > 600 and sum("e" in t for t in texts) > 100
     assert [(type(v), v, str(v)) for v in got] == [(type(v), v, str(v)) for v in want]
 
 
@@ -306,7 +320,7 @@ def test_the_switch_and_the_cli(tmp_path):
     """Built where the suite runs; RLDBG_PURE_PYTHON=1 turns it off; `rldbg report` prints the
     same report either way, as text and as JSON."""
     path = tmp_path / "t.json"
-    path.write_bytes(_text([line for line, _ in LINES] * 50))
+    path.write_bytes(_text([line for line, _ in LINES if line] * 50))
     env = {k: v for k, v in os.environ.items() if k != fastpath.PURE_PYTHON}
     code = "from rldbg import fastpath; print(fastpath.READ_IMPLEMENTATION)"
     outs = []
@@ -348,13 +362,13 @@ def test_an_exported_run_is_read_by_the_c_and_the_same(tmp_path, monkeypatch):
     out = str(tmp_path / "run.json")
     export_spill(spill, out)
     monkeypatch.setattr(load_pieces, "_PIECE", 4096)
-    want = _facts(_read(out, monkeypatch, c=False))
+    want = _facts(_read(out, monkeypatch, c=False, whole=False))
     assert len(want["calls"]) == 3000 and len(want["steps"]) == 30 and want["mem"]
     seen = []
     real_add = Trace.add
     monkeypatch.setattr(Trace, "add", lambda self, by_ph: seen.extend(by_ph.get("X", []) + by_ph.get("C", []))
                         or real_add(self, by_ph))
-    assert _facts(_read(out, monkeypatch, c=True)) == want
+    assert _facts(_read(out, monkeypatch, c=True, whole=False)) == want
     assert seen == []
 
 
@@ -385,6 +399,6 @@ def test_names_that_share_a_cache_slot_stay_apart(tmp_path, monkeypatch):
              for i in range(6000)]
     path = tmp_path / "t.json"
     path.write_bytes(_text(lines))
-    want = _facts(_read(path, monkeypatch, c=False))
-    got = _facts(_read(path, monkeypatch, c=True))
+    want = _facts(_read(path, monkeypatch, c=False, whole=False))
+    got = _facts(_read(path, monkeypatch, c=True, whole=False))
     assert got == want and len({c["method"] for c in got["calls"]}) == 6000

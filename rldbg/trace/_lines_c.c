@@ -20,8 +20,8 @@
  * goes to the caller. A line is answered here only when:
  *   - it holds exactly one JSON object, then a comma (none on the array's last line);
  *   - orjson would read it, and to the same values: strict UTF-8, no \u escape (orjson refuses
- *     lone surrogates), no number with an exponent or an integer part over 19 digits (orjson
- *     refuses 1e400 and turns integers beyond 64 bits into floats);
+ *     lone surrogates), no number with an exponent over two digits or an integer part over 19
+ *     digits (orjson refuses 1e400 and turns integers beyond 64 bits into floats);
  *   - none of ph, pid, name, ts, dur, cat, args appears twice in it (the last would win);
  *   - the fields it is judged on have the plain form rldbg's exporter writes: strings without
  *     escapes, ts and dur as "123.456", a counter's values scalars, a role a string.
@@ -49,7 +49,8 @@ typedef struct {
     int kind;
     P s;            /* strings: the text between the quotes; numbers: their text */
     Py_ssize_t n;
-    int plain;      /* strings: ASCII, no escape; numbers: read here (no exponent, <= 18 digits) */
+    int plain;      /* strings: ASCII, no escape; numbers: read here (<= 18 digits before the point,
+                       an exponent of at most two digits) */
     int esc;        /* strings: an escape in it (the text is not the string's UTF-8) */
 } Val;
 
@@ -161,9 +162,15 @@ static int number(Cur *c, Val *v) {
         p++;
         if (p < e && (*p == '+' || *p == '-')) p++;
         if (p >= e || !is_digit(*p)) return -1;
+        P ep = p;
         while (p < e && is_digit(*p)) p++;
         v->kind = V_FLOAT;
-        plain = safe = 0;
+        /* repr() writes small and large floats so (1e-05, -2.79e-09: a run's metrics are full of
+         * them); an exponent of two digits keeps the value a finite double above the subnormals,
+         * which both orjson and Python's float() read correctly rounded, so to the same value.
+         * Longer exponents are the Python's (orjson refuses 1e400). */
+        if (p - ep > 2)
+            plain = safe = 0;
     }
     v->n = p - v->s;
     v->plain = plain && v->n < 64;

@@ -79,7 +79,7 @@ class Trace:
         self.ledger: dict = defaultdict(list)    # (role, rank, category) -> [(ts, value)]
         self.meta: list = []                     # the "M" events: process and rank names
         self.instants: list = []                 # the instants in _KEPT_INSTANTS, in order
-        self.dropped_total = 0                   # the last _DROPPED counter's total
+        self.dropped_total = 0                   # the _DROPPED counter's latest total
         self.names: dict = {}                    # pid -> role, from the process_name metadata
         # (pid, counter name) -> {series: [(ts, value)]} as read, or False for a track no analysis
         # reads; placed by role and rank in finish(), once every process is named
