@@ -182,42 +182,58 @@ static int number(Cur *c, Val *v) {
 
 static int value(Cur *c, Val *v, int depth);
 
+/* Past a container's opening bracket: 1 when it closes at once (and past it), else 0. */
+static int opens_empty(Cur *c, unsigned char close) {
+    c->p++;
+    ws(c);
+    if (c->p < c->e && *c->p == close) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* An object member's key and its colon. -1: not valid JSON. */
+static int key_colon(Cur *c, Val *k) {
+    ws(c);
+    if (c->p >= c->e || *c->p != '"' || string(c, k) < 0)
+        return -1;
+    ws(c);
+    if (c->p >= c->e || *c->p != ':')
+        return -1;
+    c->p++;
+    return 0;
+}
+
+/* After a member or element: 1 at a comma (another follows), 0 at the closing bracket (and past
+ * it), -1: anything else. */
+static int after_item(Cur *c, unsigned char close) {
+    ws(c);
+    if (c->p >= c->e)
+        return -1;
+    if (*c->p == ',') {
+        c->p++;
+        return 1;
+    }
+    if (*c->p != close)
+        return -1;
+    c->p++;
+    return 0;
+}
+
 /* c->p at '{' or '['. */
 static int container(Cur *c, int depth) {
     if (depth > MAX_DEPTH)
         return -1;
     unsigned char close = *c->p == '{' ? '}' : ']';
     Val v;
-    c->p++;
-    ws(c);
-    if (c->p < c->e && *c->p == close) {
-        c->p++;
-        return 0;
+    int more = !opens_empty(c, close);
+    while (more) {
+        if ((close == '}' && key_colon(c, &v) < 0) || value(c, &v, depth + 1) < 0
+            || (more = after_item(c, close)) < 0)
+            return -1;
     }
-    for (;;) {
-        if (close == '}') {
-            ws(c);
-            if (c->p >= c->e || *c->p != '"' || string(c, &v) < 0)
-                return -1;
-            ws(c);
-            if (c->p >= c->e || *c->p != ':')
-                return -1;
-            c->p++;
-        }
-        if (value(c, &v, depth + 1) < 0)
-            return -1;
-        ws(c);
-        if (c->p >= c->e)
-            return -1;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p != close)
-            return -1;
-        c->p++;
-        return 0;
-    }
+    return 0;
 }
 
 static int value(Cur *c, Val *v, int depth) {
@@ -291,21 +307,9 @@ static inline int same(const Val *a, const Val *b) {
 static int args_object(Cur *c, Event *ev) {
     Val k, v;
     P start = c->p;
-    c->p++;
-    ws(c);
-    if (c->p < c->e && *c->p == '}') {
-        c->p++;
-        goto done;
-    }
-    for (;;) {
-        ws(c);
-        if (c->p >= c->e || *c->p != '"' || string(c, &k) < 0)
-            return -1;
-        ws(c);
-        if (c->p >= c->e || *c->p != ':')
-            return -1;
-        c->p++;
-        if (value(c, &v, 3) < 0)
+    int more = !opens_empty(c, '}');
+    while (more) {
+        if (key_colon(c, &k) < 0 || value(c, &v, 3) < 0)
             return -1;
         if (ev->nargs == MAX_ARGS) {
             ev->args_many = ev->args_odd = 1;
@@ -320,19 +324,9 @@ static int args_object(Cur *c, Event *ev) {
             ev->arg_key[ev->nargs] = k;
             ev->arg_val[ev->nargs++] = v;
         }
-        ws(c);
-        if (c->p >= c->e)
+        if ((more = after_item(c, '}')) < 0)
             return -1;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p != '}')
-            return -1;
-        c->p++;
-        break;
     }
-done:
     ev->f[K_ARGS].kind = V_OBJ;
     ev->f[K_ARGS].s = start;
     ev->f[K_ARGS].n = c->p - start;
@@ -344,20 +338,10 @@ static int event(Cur *c, Event *ev) {
     Val k, v;
     memset(ev->has, 0, sizeof ev->has);
     ev->dup = ev->nargs = ev->args_many = ev->args_odd = 0;
-    c->p++;
-    ws(c);
-    if (c->p < c->e && *c->p == '}') {
-        c->p++;
-        return 0;
-    }
-    for (;;) {
-        ws(c);
-        if (c->p >= c->e || *c->p != '"' || string(c, &k) < 0)
+    int more = !opens_empty(c, '}');
+    while (more) {
+        if (key_colon(c, &k) < 0)
             return -1;
-        ws(c);
-        if (c->p >= c->e || *c->p != ':')
-            return -1;
-        c->p++;
         int i = key_index(&k);
         if (i >= 0 && ev->has[i])
             ev->dup = 1;
@@ -371,18 +355,10 @@ static int event(Cur *c, Event *ev) {
         }
         if (i >= 0)
             ev->has[i] = 1;
-        ws(c);
-        if (c->p >= c->e)
+        if ((more = after_item(c, '}')) < 0)
             return -1;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p != '}')
-            return -1;
-        c->p++;
-        return 0;
     }
+    return 0;
 }
 
 /* "123.456" / "-1.5" / "7": digits with an optional fraction, which float() reads. */
@@ -680,24 +656,14 @@ static int build(Cur *c, PyObject **out, int depth) {
     int rc = 0;
     if (o == NULL)
         return -1;
-    c->p++;
-    ws(c);
-    if (c->p < c->e && *c->p == close) {
-        c->p++;
-        *out = o;
-        return 0;
-    }
-    while (rc == 0) {
+    int more = !opens_empty(c, close);
+    while (more && rc == 0) {
         PyObject *k = NULL, *x = NULL;
-        if (obj) {
-            ws(c);
-            if (c->p >= c->e || *c->p != '"' || string(c, &v) < 0 || v.esc)
+        if (obj) {   /* the text was validated: only a key with an escape stops here */
+            if (key_colon(c, &v) < 0 || v.esc)
                 rc = 1;
             else if ((k = scalar(&v)) == NULL)
                 rc = -1;
-            ws(c);
-            if (rc == 0 && (c->p >= c->e || *c->p++ != ':'))
-                rc = 1;
         }
         if (rc == 0)
             rc = build(c, &x, depth + 1);
@@ -706,14 +672,8 @@ static int build(Cur *c, PyObject **out, int depth) {
         Py_XDECREF(k);
         Py_XDECREF(x);
         members++;
-        ws(c);
-        if (rc == 0 && c->p < c->e && *c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (rc == 0 && (c->p >= c->e || *c->p++ != close))
+        if (rc == 0 && (more = after_item(c, close)) < 0)
             rc = 1;
-        break;
     }
     if (rc == 0 && obj && PyDict_GET_SIZE(o) != members)
         rc = 1;   /* a key repeated: orjson's order of keys is not promised here */
