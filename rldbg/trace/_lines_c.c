@@ -386,10 +386,9 @@ static int time_ok(const Val *v) {
     return v->kind == V_INT || v->kind == V_FLOAT || decimal_text(v);
 }
 
-/* rldbg's "123.456" µs as ns (the report's own reading of it); 0: another form. */
-static int ms_text_ns(const Val *v, long long *out) {
-    if (!decimal_text(v) || v->n < 5 || v->s[v->n - 4] != '.' || v->n > 20)
-        return 0;
+/* The signed number v's digits spell, a point skipped: an integer's value, or "123.456" µs as
+ * ns. v is an integer or decimal text of at most 18 digits (the caller checked). */
+static long long digits_of(const Val *v) {
     long long x = 0;
     P p = v->s, e = v->s + v->n;
     int neg = *p == '-';
@@ -398,12 +397,15 @@ static int ms_text_ns(const Val *v, long long *out) {
     for (; p < e; p++)
         if (*p != '.')
             x = x * 10 + (*p - '0');
-    *out = neg ? -x : x;
-    return 1;
+    return neg ? -x : x;
 }
 
-static inline int is_text(const Val *v, const char *s) {
-    return v->kind == V_STR && v->plain && (size_t)v->n == strlen(s) && !memcmp(v->s, s, v->n);
+/* rldbg's "123.456" µs as ns (the report's own reading of it); 0: another form. */
+static int ms_text_ns(const Val *v, long long *out) {
+    if (!decimal_text(v) || v->n < 5 || v->s[v->n - 4] != '.' || v->n > 20)
+        return 0;
+    *out = digits_of(v);
+    return 1;
 }
 
 /* ---- the caller's rules, as C arrays for the call ---------------------------------------------- */
@@ -495,17 +497,6 @@ typedef struct {
     int n;
 } Tracks;
 
-static long long int_of(const Val *v) {
-    long long x = 0;
-    P p = v->s, e = v->s + v->n;
-    int neg = *p == '-';
-    if (neg)
-        p++;
-    for (; p < e; p++)
-        x = x * 10 + (*p - '0');
-    return neg ? -x : x;
-}
-
 /* Short plain strings made once: a trace repeats its keys and most of its values (roles, method
  * names) on every line, and a str made anew is also hashed anew when it goes into a dict. */
 #define STR_CACHE 1024
@@ -533,7 +524,7 @@ static PyObject *plain_str(P s, Py_ssize_t n) {
 static PyObject *scalar(const Val *v) {
     char buf[64];
     switch (v->kind) {
-    case V_INT: return PyLong_FromLongLong(int_of(v));
+    case V_INT: return PyLong_FromLongLong(digits_of(v));
     case V_FLOAT:
         memcpy(buf, v->s, v->n);
         buf[v->n] = 0;
@@ -608,7 +599,7 @@ static PyObject *series_list(Track *t, const Val *k) {
 }
 
 static int file_counter(Tracks *ts, const Event *ev, long long t_ns) {
-    Track *t = track(ts, int_of(&ev->f[K_PID]), &ev->f[K_NAME]);
+    Track *t = track(ts, digits_of(&ev->f[K_PID]), &ev->f[K_NAME]);
     if (t == NULL)
         return -1;
     if (t->series_of == Py_False)
