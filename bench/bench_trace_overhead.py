@@ -61,6 +61,7 @@ def main() -> None:
 def step_ratio(run: DemoSteps, a) -> None:
     """The demo's step time untraced and traced, alternating blocks on one set of workers."""
     cpu = []   # per block: (traced?, CPU ns the whole job used over it)
+    by_proc = ({}, {})   # untraced, traced: {process name: CPU ns over all blocks}
 
     def block(traced: bool = False) -> list[float]:
         # One step first, untimed, on both sides: a traced run's workers find the collector,
@@ -73,11 +74,15 @@ def step_ratio(run: DemoSteps, a) -> None:
             t0 = time.perf_counter()
             run.step()
             out.append(time.perf_counter() - t0)
-        cpu.append((traced, sum(cpu_since(c0).values())))
+        used = cpu_since(c0)
+        cpu.append((traced, sum(used.values())))
+        for name, ns in used.items():
+            by_proc[traced][name] = by_proc[traced].get(name, 0) + ns
         return out
 
     block()  # warm-up: first calls pay for imports and allocations
     cpu.clear()
+    by_proc[0].clear()
     extra = {} if a.flush is None else {"flush_interval": a.flush}
 
     def traced_block() -> list[float]:
@@ -125,6 +130,12 @@ def step_ratio(run: DemoSteps, a) -> None:
     lo, hi = interval(pairs, lambda ps: sum(y for _, y in ps) / sum(x for x, _ in ps))
     print(f"  the job's CPU per step: untraced {sum(c_off) / len(off) / 1e6:.1f} ms, traced {sum(c_on) / len(on) / 1e6:.1f} ms, "
           f"ratio {ratio:.3f}, 90% interval {lo:.3f} .. {hi:.3f} (rounds resampled as pairs)")
+    # Where a traced step's extra CPU goes, by process: ms per step on each side.
+    names = sorted(set(by_proc[0]) | set(by_proc[1]),
+                   key=lambda n: -abs(by_proc[1].get(n, 0) / len(on) - by_proc[0].get(n, 0) / len(off)))
+    for name in names:
+        u, t = by_proc[0].get(name, 0) / len(off) / 1e6, by_proc[1].get(name, 0) / len(on) / 1e6
+        print(f"    {name:<32} {u:7.2f} -> {t:7.2f} ms a step ({t - u:+.2f})")
 
 
 def job_cpu_ns() -> dict:
