@@ -39,7 +39,22 @@ LINES = [
     ('{"ph":"X","pid":2,"cat":"call","name":"更新","ts":"14.500","dur":"1.000","args":{"rank":0,"who":"crític",'
      '"l":[1,2.5,{"x":null,"y":[]}],"b":false}}', "slice"),
     ('{"ph":"X","pid":2,"cat":"call","name":"no dur","ts":"14.600","args":null}', "slice"),
-    ('{"ph":"X","cat":"call","ts":"14.700","dur":"1.000"}', "slice"),   # no name, pid or args
+    ('{"ph":"X","cat":"call","ts":"14.700","dur":"1.000"}', "other"),   # no name (nor pid or args)
+    ('{"ph":"X","pid":2,"cat":"call","name":"","ts":"14.710","dur":"1.000"}', "slice"),   # no pid or args
+    # fields of types rldbg does not write: the Python counts and skips them (report_trace._bad_field)
+    ('{"ph":"X","pid":2,"cat":"call","name":"u","ts":"14.720","dur":"1.000","args":{"rank":"1"}}', "other"),
+    ('{"ph":"X","pid":2,"cat":"call","name":"u","ts":"14.721","dur":"1.000","args":{"rank":true}}', "other"),
+    ('{"ph":"X","pid":2,"cat":"call","name":"u","ts":"14.722","dur":"1.000","args":{"step":1.5}}', "other"),
+    ('{"ph":"X","pid":2,"cat":"call","name":"u","ts":"14.723","dur":"1.000","args":{"method":["u"]}}', "other"),
+    ('{"ph":"X","pid":2,"cat":"call","name":"u","ts":"14.724","dur":"1.000","args":{"flow":1.5}}', "other"),
+    ('{"ph":"X","pid":2,"cat":"call","name":"u","ts":"14.725","dur":"1.000","args":{"mem_after":"5"}}', "other"),
+    ('{"ph":"X","pid":2,"cat":"transition","name":"t","ts":"14.726","dur":"1.000","args":{"frees":"params"}}',
+     "other"),
+    ('{"ph":"X","pid":2,"cat":"transition","name":"t","ts":"14.727","dur":"1.000","args":{"loads":["a",1]}}',
+     "other"),
+    ('{"ph":"X","pid":2,"cat":"transition","name":"t","ts":"14.728","dur":"1.000",'
+     '"args":{"frees":[],"loads":null,"mem_before":null,"mem_after":1.5,"step":null,"method":null,"flow":"f"}}',
+     "slice"),
     ('{"ph":"X","pid":2,"cat":"call","name":"role 5","ts":"14.750","dur":"1.000","args":{"role":5}}', "other"),
     ('{"ph":"X","pid":2,"cat":"call","name":"role null","ts":"14.760","dur":"1.000","args":{"role":null}}',
      "other"),
@@ -102,8 +117,9 @@ LINES = [
     ('{"ph":"C","pid":2,"name":"rank 0 memory","ts":"21.000","args":{"rss":1073741824,"device_used":5}}', "file"),
     ('{"ph":"C","pid":2,"name":"rank 0 memory","ts":"20.000","args":{"rss":1073741000}}', "file"),
     ('{"ph":"C","pid":2,"name":"rank 0 ledger","ts":"21.000","args":{"params":2654720}}', "file"),
-    ('{"ph":"C","pid":3,"name":"rank 0 ledger","ts":"21.500","args":{"grads":0.5,"optimizer":-3,'
-     '"kv_cache":null,"w":true,"tag":"x"}}', "file"),
+    ('{"ph":"C","pid":3,"name":"rank 0 ledger","ts":"21.500","args":{"grads":0.5,"optimizer":-3}}', "file"),
+    ('{"ph":"C","pid":3,"name":"rank 0 ledger","ts":"21.600","args":{"grads":1,'
+     '"kv_cache":null,"w":true,"tag":"x"}}', "other"),   # samples that are not numbers: the Python's
     ('{"ph":"C","pid":2,"name":"rank 1 memory","ts":22,"args":{"rss":7}}', "other"),        # ts a number
     ('{"ph":"C","pid":2,"name":"rank 1 memory","ts":"22.50","args":{"rss":8}}', "other"),   # not "123.456"
     ('{"ph":"C","pid":2,"name":"rank 1 memory","ts":"23.000","args":{"rss":{"x":1}}}', "other"),
@@ -180,7 +196,10 @@ def test_every_kind_of_line_leaves_the_trace_the_python_leaves(tmp_path, monkeyp
     path.write_bytes(_text([line for line, _ in LINES]))
     monkeypatch.setattr(load_pieces, "_PIECE", piece)
     want = _facts(_read(path, monkeypatch, c=False, whole=False))
-    assert want["notes"] == ["7 malformed event(s) skipped (missing or bad ph/ts/dur/args)"]
+    assert want["notes"] == ["7 malformed event(s) skipped (missing or bad ph/ts/dur/args)",
+                             "9 rldbg slice(s) skipped for a field of a type rldbg does not write "
+                             "(flow 1, frees 1, loads 1, mem_after 1, method 1, name 1, rank 2, step 1)",
+                             "5 counter sample(s) skipped: a value that is not a number"]
     assert want["mem"][("actor", 0, "rss")][:2] == [(-1, -1), (20000, 1073741000)]
     assert want["dropped"] == 4 and want["calls"][1]["role"] == "rollout"
     calls = []

@@ -29,6 +29,9 @@ BAD = [
     {"ph": "X", "ts": 1, "dur": "long"},                # dur not a number
     {"ph": "X", "ts": 10 ** 400},                       # beyond a float (json.loads gives such ints)
     {"ph": "X", "ts": 1, "args": [1, 2]},               # args not an object
+    {"ph": "X", "ts": float("nan")},                    # json.loads reads NaN and Infinity: no time
+    {"ph": "X", "ts": 1, "dur": float("inf")},
+    {"ph": "C", "ts": "-Infinity"},
 ]
 
 

@@ -28,8 +28,11 @@ def recorded_losses(t) -> str | None:
     drop counter), kept by the report's Trace as it read them, or None."""
     summary = t.loss_summary()
     if summary:
-        causes = ", ".join(f"{n} {c}" for c, n in sorted((summary.get("by_cause") or {}).items()))
-        silent = summary.get("silent") or []
+        # The collector writes a {cause: count} and a list of process names; an edited trace may not.
+        by_cause, silent = summary.get("by_cause"), summary.get("silent")
+        by_cause = by_cause if isinstance(by_cause, dict) else {}
+        silent = [str(s) for s in silent] if isinstance(silent, list) else []
+        causes = ", ".join(f"{n} {c}" for c, n in sorted(by_cause.items()))
         parts = [p for p in (causes,
                              f"{len(silent)} process(es) stopped reporting: {', '.join(silent)}" if silent else "",
                              f"collector restarted {summary['collector_restarts']}x"

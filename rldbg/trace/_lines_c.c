@@ -677,6 +677,37 @@ static int build(Cur *c, PyObject **out, int depth) {
 }
 
 static PyObject *k_name, *k_ts, *k_dur, *k_end, *k_role, *k_rank, *k_step, *k_method, *k_flow, *k_args, *g_zero;
+static PyObject *k_mem_before, *k_mem_after, *k_frees, *k_loads;
+
+/* Whether a record's fields have the types rldbg writes (rldbg.trace.report_trace's _RECORD_TYPES
+ * and the args it checks): those that do not are the Python's to count and skip. Exact types: a
+ * bool is not an int. The numbers read here are finite (see number()). -1: an exception. */
+static int conforms(PyObject *name, PyObject *rank, PyObject *step, PyObject *method, PyObject *flow,
+                    PyObject *a) {
+    if (!PyUnicode_CheckExact(name) || (rank && !PyLong_CheckExact(rank))
+        || (step && step != Py_None && !PyLong_CheckExact(step))
+        || (method && method != Py_None && !PyUnicode_CheckExact(method))
+        || (flow && flow != Py_None && !PyLong_CheckExact(flow) && !PyUnicode_CheckExact(flow)))
+        return 0;
+    PyObject *mem[2] = {k_mem_before, k_mem_after}, *lists[2] = {k_frees, k_loads};
+    for (int i = 0; i < 2; i++) {
+        PyObject *v = PyDict_GetItemWithError(a, mem[i]);
+        if (v == NULL && PyErr_Occurred())
+            return -1;
+        if (v && v != Py_None && !PyLong_CheckExact(v) && !PyFloat_CheckExact(v))
+            return 0;
+        if ((v = PyDict_GetItemWithError(a, lists[i])) == NULL && PyErr_Occurred())
+            return -1;
+        if (v && v != Py_None) {
+            if (!PyList_CheckExact(v))
+                return 0;
+            for (Py_ssize_t j = 0; j < PyList_GET_SIZE(v); j++)
+                if (!PyUnicode_CheckExact(PyList_GET_ITEM(v, j)))
+                    return 0;
+        }
+    }
+    return 1;
+}
 
 /* A kept slice's record, as rldbg.trace.report_trace.Trace.add() makes it from the event:
  * {name, ts, dur, end, role, rank, step, method, flow, args}, times in ns. 0, 1: not in the forms
@@ -727,6 +758,11 @@ static int record(const Event *ev, PyObject *names, PyObject **out, PyObject **u
         || ((method = PyDict_GetItemWithError(a, k_method)) == NULL && PyErr_Occurred())
         || ((flow = PyDict_GetItemWithError(a, k_flow)) == NULL && PyErr_Occurred()))
         goto done;
+    int fits = conforms(name, rank, step, method, flow, a);
+    if (fits <= 0) {
+        rc = fits < 0 ? -1 : 1;
+        goto done;
+    }
     PyObject *keys[10] = {k_name, k_ts, k_dur, k_end, k_role, k_rank, k_step, k_method, k_flow, k_args};
     PyObject *vals[10] = {name, ts, dur, end, role, rank ? rank : g_zero, step ? step : Py_None,
                           method ? method : Py_None, flow ? flow : Py_None, a};
@@ -806,6 +842,9 @@ static int judge(const Event *ev, const Rules *r, Tracks *ts, const Keep **keep,
         return L_SKIP;   /* nothing sampled */
     if (ev->args_odd)
         return L_OTHER;
+    for (int i = 0; i < ev->nargs; i++)   /* a sample that is not a number: the Python's to count */
+        if (ev->arg_val[i].kind != V_INT && ev->arg_val[i].kind != V_FLOAT)
+            return L_OTHER;
     if (file_counter(ts, ev, t_ns) < 0) {
         *err = 1;
         return L_BAD;
@@ -1128,9 +1167,11 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__lines_c(void) {
-    PyObject **slots[10] = {&k_name, &k_ts, &k_dur, &k_end, &k_role, &k_rank, &k_step, &k_method, &k_flow, &k_args};
-    const char *text[10] = {"name", "ts", "dur", "end", "role", "rank", "step", "method", "flow", "args"};
-    for (int i = 0; i < 10; i++)
+    PyObject **slots[14] = {&k_name, &k_ts, &k_dur, &k_end, &k_role, &k_rank, &k_step, &k_method, &k_flow, &k_args,
+                            &k_mem_before, &k_mem_after, &k_frees, &k_loads};
+    const char *text[14] = {"name", "ts", "dur", "end", "role", "rank", "step", "method", "flow", "args",
+                            "mem_before", "mem_after", "frees", "loads"};
+    for (int i = 0; i < 14; i++)
         if ((*slots[i] = PyUnicode_InternFromString(text[i])) == NULL)
             return NULL;
     if ((g_zero = PyLong_FromLong(0)) == NULL)

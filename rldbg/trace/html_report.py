@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 
-from rldbg.trace.report import Cover, Trace, analyse_trace
+from rldbg.trace.report import Cover, Trace, analyse_trace, by_call
 
 MAX_POINTS = 500      # per series: keeps the page small and quick for long runs
 MAX_RANK_CHARTS = 8   # ledger charts; more ranks are summarised in the memory chart
@@ -64,7 +64,8 @@ def _method_rank_means(t: Trace) -> dict:
     for c in t.calls:
         if c["flow"] is not None:
             acc[(c["role"], c["method"])][c["rank"]].append(c["dur"] / 1e9)
-    return {k: {r: sum(v) / len(v) for r, v in sorted(ranks.items())} for k, ranks in sorted(acc.items())}
+    return {k: {r: sum(v) / len(v) for r, v in sorted(ranks.items())}
+            for k, ranks in sorted(acc.items(), key=by_call)}
 
 
 def _origin(t: Trace) -> int:

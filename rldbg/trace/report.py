@@ -16,7 +16,7 @@ from rldbg.memory.leaks import describe, leak_suspicions, observe
 from rldbg.trace.events import moves
 from rldbg.trace.forked import Forked, HelperLost
 from rldbg.trace.load import no_gc
-from rldbg.trace.report_trace import Trace, process_names, read_trace
+from rldbg.trace.report_trace import Trace, finite_number, process_names, read_trace, role_of_pid
 
 __all__ = ["Cover", "Trace", "read_trace", "analyse", "analyse_trace", "analysis", "render"]
 
@@ -82,6 +82,13 @@ def role_shares(t: Trace) -> dict:
     return {"step_time_s": total / 1e9, "steps": len(t.steps), "roles": out}
 
 
+def by_call(item) -> tuple:
+    """Sort key of a ((role, method, ...), value) item: a call's method may be None (a trace
+    that does not name it), which does not compare with a name."""
+    (role, method, *rest), _ = item
+    return (role, method is not None, method or "", *rest)
+
+
 def stragglers(t: Trace, ratio: float = STRAGGLER_RATIO) -> dict:
     per_call = defaultdict(dict)
     for c in t.calls:
@@ -104,7 +111,7 @@ def stragglers(t: Trace, ratio: float = STRAGGLER_RATIO) -> dict:
             ratios[(role, method, rank)].append(d / max(peers, 1))
             excess[(role, method, rank)].append(d - peers)
     found = []
-    for key, rs in sorted(ratios.items()):
+    for key, rs in sorted(ratios.items(), key=by_call):
         role, method, rank = key
         med = statistics.median(rs)
         if (med > ratio and len(rs) >= STRAGGLER_MIN_CALLS
@@ -113,7 +120,7 @@ def stragglers(t: Trace, ratio: float = STRAGGLER_RATIO) -> dict:
                           "slower_than_peers": round(med, 2)})
     return {"stragglers": found,
             "skew": [{"role": r, "method": m, "calls": len(v), "mean_max_over_min": round(statistics.mean(v), 2)}
-                     for (r, m), v in sorted(skew.items())]}
+                     for (r, m), v in sorted(skew.items(), key=by_call)]}
 
 
 def controller_idle(t: Trace) -> dict:
@@ -198,10 +205,13 @@ def ranks(events: list[dict]) -> list:
         if e.get("ph") != "M":
             continue
         a = e.get("args") or {}
-        if e.get("name") == "thread_name" and "node_id" in a and e.get("pid") in names:
-            role = names[e["pid"]]
-            out.append({"role": role, "rank": 0 if role == "driver" else int(e.get("tid", 1)) - 1,
-                        "node": a.get("node_id") or "", "ip": a.get("node_ip") or "", "pid": a.get("pid")})
+        if e.get("name") != "thread_name" or "node_id" not in a:
+            continue
+        role, tid = role_of_pid(names, e.get("pid")), e.get("tid", 1)
+        if role is not None and (role == "driver" or type(tid) is int):   # a rank's track: tid = rank + 1
+            out.append({"role": role, "rank": 0 if role == "driver" else tid - 1,
+                        "node": str(a.get("node_id") or ""), "ip": str(a.get("node_ip") or ""),
+                        "pid": a.get("pid")})
     return sorted(out, key=lambda r: (r["role"] != "driver", r["role"], r["rank"]))
 
 
@@ -211,8 +221,11 @@ def clock(events: list[dict]) -> dict | None:
         if e.get("name") == "rldbg trace start":
             c = (e.get("args") or {}).get("clock")
             if isinstance(c, dict):
-                return {"aligned": c.get("aligned", True), "max_uncertainty_ns": c.get("max_uncertainty_ns"),
-                        "processes": c.get("processes") or {}}
+                # An uncertainty that is not a finite number (an edited trace) is no figure to print.
+                u = c.get("max_uncertainty_ns")
+                return {"aligned": c.get("aligned", True) is not False,
+                        "max_uncertainty_ns": u if finite_number(u) else None,
+                        "processes": c.get("processes") if isinstance(c.get("processes"), dict) else {}}
     return None
 
 

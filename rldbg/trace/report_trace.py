@@ -7,6 +7,7 @@ themselves are dropped as soon as their part is taken.
 from __future__ import annotations
 
 import re
+import sys
 from collections import defaultdict
 
 from rldbg import fastpath, sentinel
@@ -17,10 +18,19 @@ _RANK_COUNTER = re.compile(r"^rank (\d+) (memory|ledger)$")
 
 
 def process_names(meta: list) -> dict:
-    """pid -> role, from the process_name metadata (a name that is not a string names nothing)."""
+    """pid -> role, from the process_name metadata (a name that is not a string names nothing,
+    nor does a pid that cannot be a key: a list)."""
     return {e["pid"]: e["args"]["name"] for e in meta
             if e.get("ph") == "M" and e.get("name") == "process_name" and e.get("args") and "pid" in e
-            and type(e["args"].get("name")) is str}
+            and type(e["args"].get("name")) is str and type(e["pid"]).__hash__ is not None}
+
+
+def role_of_pid(names: dict, pid):
+    """The role names[pid] gives, None for a pid never named or one that cannot be a key."""
+    try:
+        return names.get(pid)
+    except TypeError:   # an unhashable pid (a list): no process_name can name it
+        return None
 
 
 def _role(role, pid) -> str:
@@ -54,6 +64,45 @@ def _ns(v) -> int:
     return ts_ns(v)
 
 
+# What the analyses may take for granted in a kept slice's record (the types rldbg's exporter
+# writes): sorting, summing and keying by these fields then cannot fail. A slice from an edited or
+# foreign trace with anything else is skipped and counted in the report's damage notes, where
+# before it failed a sort or a sum deep inside an analysis. bool is not an int here (JSON's true).
+# Trace.add() applies the rule to what it reads; rldbg.trace._lines_c makes records only of the
+# slices that keep it (conforms() there) and leaves the others to add().
+_NONE = type(None)
+_RECORD_TYPES = (("name", {str}), ("rank", {int}), ("step", {int, _NONE}), ("method", {str, _NONE}),
+                 ("flow", {int, str, _NONE}))
+_MEM_ARGS = ("mem_before", "mem_after")   # numbers or null
+_NAME_LISTS = ("frees", "loads")  # rldbg.trace.events.moves(): lists of ledger categories, or null
+_FLOAT_MAX = sys.float_info.max
+
+
+def finite_number(v) -> bool:
+    """An int or a float (not a bool), finite and within a float's range: json.loads, the
+    tolerant reader, reads NaN, Infinity and 10**400, which the memory arithmetic and the charts
+    cannot take. Counter samples (add()) and memory readings (_bad_field()) must be such."""
+    t = type(v)
+    return (t is int and -_FLOAT_MAX <= v <= _FLOAT_MAX) or (t is float and v - v == 0.0)   # inf - inf: nan
+
+
+def _bad_field(r: dict) -> str | None:
+    """The first field of a record that breaks the rule above, or None."""
+    for k, ok in _RECORD_TYPES:
+        if type(r[k]) not in ok:
+            return k
+    a = r["args"]
+    for k in _MEM_ARGS:
+        v = a.get(k)
+        if v is not None and not finite_number(v):
+            return k
+    for k in _NAME_LISTS:
+        v = a.get(k)
+        if v is not None and not (type(v) is list and all(type(x) is str for x in v)):
+            return k
+    return None
+
+
 class Trace:
     """The parts of a trace the analysis needs, keyed by role and rank. Built from all the
     events at once (Trace(events) or Trace((), by_phase)), or a piece at a time: Trace.empty(),
@@ -85,6 +134,8 @@ class Trace:
         # reads; placed by role and rank in finish(), once every process is named
         self.counters: dict = {}
         self._unnamed: list = []  # (index, list, pid): slices without a role whose pid had no name yet
+        self.odd_fields: dict = {}   # field -> kept slices skipped for it (_bad_field())
+        self.odd_samples = 0         # counter samples skipped for not being numbers
 
     def add(self, by_ph: dict) -> None:
         """One piece of the trace's valid events by phase (rldbg.trace.load.phases)."""
@@ -114,15 +165,17 @@ class Trace:
                 d = int(d.replace(".", "")) if type(d) is str and d[-4:-3] == "." else _ns(d)
             except ValueError:   # "1.5e3"
                 t, d = _ns(e["ts"]), _ns(e.get("dur", 0))
-            if "role" in a:
-                role = _role(a["role"], e.get("pid"))
-            else:
-                role = names.get(e.get("pid"))   # a string, or the process is not named yet
-                if role is None:
-                    self._unnamed.append((len(into), into, e.get("pid")))
-            into.append({"name": e.get("name"), "ts": t, "dur": d, "end": t + d,
-                         "role": role, "rank": a.get("rank", 0),
-                         "step": a.get("step"), "method": a.get("method"), "flow": a.get("flow"), "args": a})
+            # a string, or None: the process is not named yet
+            role = _role(a["role"], e.get("pid")) if "role" in a else role_of_pid(names, e.get("pid"))
+            rec = {"name": e.get("name"), "ts": t, "dur": d, "end": t + d, "role": role, "rank": a.get("rank", 0),
+                   "step": a.get("step"), "method": a.get("method"), "flow": a.get("flow"), "args": a}
+            odd = _bad_field(rec)
+            if odd is not None:
+                self.odd_fields[odd] = self.odd_fields.get(odd, 0) + 1
+                continue
+            if role is None:
+                self._unnamed.append((len(into), into, e.get("pid")))
+            into.append(rec)
         counters = self.counters
         # As rldbg.trace._lines_c.scan() files the counter lines it reads itself (scan_rules()).
         for e in by_ph.get("C", ()):
@@ -142,6 +195,9 @@ class Trace:
             except ValueError:
                 t = _ns(t)
             for series, v in args.items():
+                if not finite_number(v):
+                    self.odd_samples += 1
+                    continue
                 got = series_of.get(series)
                 if got is None:
                     got = series_of[series] = []
@@ -175,6 +231,9 @@ class Trace:
             a += b
         self.meta += later.meta
         self.names.update(later.names)
+        for k, n in later.odd_fields.items():
+            self.odd_fields[k] = self.odd_fields.get(k, 0) + n
+        self.odd_samples += later.odd_samples
         self.instants += later.instants
         for track, series_of in later.counters.items():
             mine = self.counters.get(track)
@@ -193,8 +252,15 @@ class Trace:
         and the series sorted by time."""
         names = self.names
         for i, into, pid in self._unnamed:
-            into[i]["role"] = _role(names.get(pid), pid)
+            into[i]["role"] = _role(role_of_pid(names, pid), pid)
         self._unnamed = []
+        # what was skipped for not having rldbg's types: read_trace() adds it to the damage notes
+        self.damage = []
+        if self.odd_fields:
+            self.damage.append(f"{sum(self.odd_fields.values())} rldbg slice(s) skipped for a field of a type rldbg "
+                               f"does not write ({', '.join(f'{k} {n}' for k, n in sorted(self.odd_fields.items()))})")
+        if self.odd_samples:
+            self.damage.append(f"{self.odd_samples} counter sample(s) skipped: a value that is not a number")
         for (pid, name), series_of in self.counters.items():
             if not series_of:
                 continue
@@ -241,5 +307,5 @@ def read_trace(path: str, jobs: int = 1) -> Trace:
     notes (rldbg.trace.load.load_trace()'s) in .notes. TraceFileError if the file is not a trace."""
     t, notes = read_by_phase(path, Trace.empty, jobs)
     t.finish()
-    t.path, t.notes = path, notes
+    t.path, t.notes = path, notes + t.damage
     return t
