@@ -156,8 +156,9 @@ def test_calls_with_and_without_a_method_sort_together(tmp_path):
     odd = _base()
     for s in range(STEPS):   # a second group of calls whose slices name no method
         for r, dur in ((0, 1000), (1, 9000)):
-            odd.append({"ph": "X", "pid": 2, "tid": r + 1, "cat": "call", "name": "sync", "ts": f"{100_000 * s + 85_000}.000",
-                        "dur": f"{dur}.000", "args": {"role": "actor", "rank": r, "step": s, "flow": 100 + s}})
+            odd.append({"ph": "X", "pid": 2, "tid": r + 1, "cat": "call", "name": "sync",
+                        "ts": f"{100_000 * s + 85_000}.000", "dur": f"{dur}.000",
+                        "args": {"role": "actor", "rank": r, "step": s, "flow": 100 + s}})
     r, notes, _ = _report(_write(tmp_path / "odd.json", odd))
     assert notes == []
     assert [(s["method"], s["rank"]) for s in r["stragglers"]] == [(None, 1), ("update", 1)]
