@@ -24,6 +24,8 @@ import time
 
 import rldbg
 import run_shaped   # bench/: run as `python bench/bench_trace.py`
+from python_floors import (FLOOR_BUF, floor_buffered, floor_c_with, floor_call, floor_new_cm, floor_py_with,
+                           floor_with, fresh_floor_buf, pack_ns)
 from rldbg import fastpath, instrument as ri
 from rldbg.trace import events as ev, runtime
 from rldbg.trace import export, export_jobs
@@ -104,121 +106,6 @@ def _worker_calls(n):
             pass
 
 
-class _PyCM:
-    __slots__ = ()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, et, ev, tb):
-        return False
-
-
-_PY_CM = _PyCM()
-
-
-def _floor_with(n):
-    for _ in range(n):
-        with _PY_CM:
-            pass
-
-
-class _CNoop:
-    """enter and exit are builtins (no Python frame), as rldbg's off-span is."""
-    __slots__ = ()
-    __enter__ = __exit__ = "".format
-
-
-_C_GET = {"x": _CNoop()}.get
-
-
-def _floor_c_with(n):
-    """The cheapest `with f("x"):` Python has: a C call returning an existing object whose
-    enter/exit are C no-ops. An off `with rldbg.span("x")` cannot cost less."""
-    for _ in range(n):
-        with _C_GET("x"):
-            pass
-
-
-def _py_span_like(name, /, **args):
-    """rldbg.span's signature, doing nothing but return an existing C no-op context manager."""
-    return _C_NOOP
-
-
-_C_NOOP = _CNoop()
-
-
-def _floor_py_with(n):
-    """`with f("x"):` where f is a Python function with rldbg.span's signature (name, /, **args):
-    the cheapest an off span can be while span() is a Python function (its frame, and the empty
-    kwargs dict Python builds for **args on every call)."""
-    for _ in range(n):
-        with _py_span_like("x"):
-            pass
-
-
-def _floor_new_cm(n):
-    for _ in range(n):
-        with _PyCMArgs("actor", 0, "m", None):
-            pass
-
-
-class _PyCMArgs:
-    __slots__ = ("role", "rank", "method", "tag")
-
-    def __init__(self, role, rank, method, tag):
-        self.role, self.rank, self.method, self.tag = role, rank, method, tag
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, et, ev, tb):
-        return False
-
-
-_FLOOR_BUF: list = [None]
-
-
-def _fresh_floor_buf():
-    from collections import deque
-    _FLOOR_BUF[0] = deque()
-
-
-def _floor_buffered(n):
-    """What keeping an event until the shipper takes it costs, with nothing of rldbg's: two clock
-    reads and a new 11-field tuple (two fresh ints in it) appended to a deque that holds them. On
-    this VM much of it is the memory the held events take: a traced span whose event is dropped
-    instead of kept cost 780 ns against 1,330 ns in the same run."""
-    app, now = _FLOOR_BUF[0].append, time.time_ns
-    for _ in range(n):
-        t = now()
-        app(("X", "user", "x", t, now() - t, "driver", 0, None, None, None, None))
-
-
-def _pack_ns(n: int, repeats: int = 5) -> float:
-    """The shipper's packing of one such event (rldbg.trace.spill.encode_events, msgpack in C),
-    per event of a full batch; best of `repeats`."""
-    from rldbg.trace.spill import encode_events
-    t = time.time_ns()
-    batch = [("X", "user", "x", t + i, 1234, "driver", 0, None, None, None, None) for i in range(min(n, 20_000))]
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        encode_events(batch)
-        best = min(best, (time.perf_counter_ns() - t0) / len(batch))
-    return best
-
-
-def _floor_call(n):
-    f = _empty_fn
-    for _ in range(n):
-        f()
-
-
-def _empty_fn():
-    pass
-
-
 # Goals (issue #12): on = recording only here; bench_trace's end-to-end figure adds ship + collect.
 GOALS_NS = {"off": {"span": 100, "instant": 100, "counter": 100, "worker_call": 300},
             "on": {"span": 1000, "instant": 1000, "counter": 1000}}
@@ -227,14 +114,14 @@ GOALS_NS = {"off": {"span": 100, "instant": 100, "counter": 100, "worker_call": 
 def recording_costs(n: int = 200_000) -> dict:
     st = runtime.STATE
     saved = (st.on, st.looked_up, st.recorder, st.last_lookup)
-    _per_op_ns(_floor_with, n, repeats=3)   # warm-up: the first timed loop ran slow without it
+    _per_op_ns(floor_with, n, repeats=3)   # warm-up: the first timed loop ran slow without it
     base = _per_op_ns(_empty, n)
     try:
         # As in a process that already looked for a collector and found none.
         st.on, st.looked_up, st.recorder, st.last_lookup = False, True, None, time.monotonic()
         off = {k: _per_op_ns(f, n) - base for k, f in
                [("span", _spans), ("instant", _instants), ("counter", _counters), ("worker_call", _worker_calls)]}
-        span_ns, c_floor_ns = _per_op_ns_side_by_side(_spans, _floor_c_with, n)
+        span_ns, c_floor_ns = _per_op_ns_side_by_side(_spans, floor_c_with, n)
         beside = {"span": span_ns - base, "with f(\"x\") on C no-ops, f a C call": c_floor_ns - base}
         py = _python_api(n, base) if rldbg.api.IMPLEMENTATION == "c" else {}
         st.on = True
@@ -252,15 +139,15 @@ def recording_costs(n: int = 200_000) -> dict:
     finally:
         st.on, st.looked_up, st.recorder, st.last_lookup = saved
     # What Python itself costs here, for scale: no hook can be cheaper than its own call/with.
-    floor = {"function call": _per_op_ns(_floor_call, n) - base,
-             "with on a Python context manager": _per_op_ns(_floor_with, n) - base,
-             "with f(\"x\") on C no-ops, f a C call": _per_op_ns(_floor_c_with, n) - base,
-             "off-span floor: with f(\"x\"), f a def like span(name, /, **a)": _per_op_ns(_floor_py_with, n) - base,
-             "with on a new 4-field context manager": _per_op_ns(_floor_new_cm, n) - base,
+    floor = {"function call": _per_op_ns(floor_call, n) - base,
+             "with on a Python context manager": _per_op_ns(floor_with, n) - base,
+             "with f(\"x\") on C no-ops, f a C call": _per_op_ns(floor_c_with, n) - base,
+             "off-span floor: with f(\"x\"), f a def like span(name, /, **a)": _per_op_ns(floor_py_with, n) - base,
+             "with on a new 4-field context manager": _per_op_ns(floor_new_cm, n) - base,
              "an event kept until shipped (2 clocks, a new tuple held)": _per_op_ns(
-                 _floor_buffered, n, before=_fresh_floor_buf) - base,
-             "packing it for shipping (msgpack, per event of a batch)": _pack_ns(n)}
-    _FLOOR_BUF[0] = None
+                 floor_buffered, n, before=fresh_floor_buf) - base,
+             "packing it for shipping (msgpack, per event of a batch)": pack_ns(n)}
+    FLOOR_BUF[0] = None
     return {"off": off, "on": on, "floor": floor, "beside": beside}
 
 
@@ -440,26 +327,6 @@ def _acknowledged(ray, collector, events: int, t0: float) -> None:
         if time.perf_counter() - t0 > 120:
             raise SystemExit("shipped_cost: the collector did not acknowledge every event in 120 s")
         time.sleep(0.01)
-
-
-# --- for the lead: traced-vs-untraced demo step ratio (fill in once the trainer exists) ---------
-def traced_vs_untraced(step_fn, steps: int = 5, trace_path: str | None = None) -> float:
-    """Run `step_fn(i)` `steps` times untraced, then traced; return traced/untraced wall ratio.
-    step_fn must run one full training step (Ray already initialised, workers created)."""
-    t0 = time.perf_counter()
-    for i in range(steps):
-        step_fn(i)
-    untraced = time.perf_counter() - t0
-    path = trace_path or os.path.join(tempfile.mkdtemp(), "ratio.json.gz")
-    rldbg.trace.start(path)
-    try:
-        t0 = time.perf_counter()
-        for i in range(steps):
-            step_fn(steps + i)
-        traced = time.perf_counter() - t0
-    finally:
-        rldbg.trace.stop()
-    return traced / untraced
 
 
 def _per_1m(seconds: float, goal: float) -> str:
