@@ -11,6 +11,7 @@ import sys
 from collections import defaultdict
 
 from rldbg import fastpath, sentinel
+from rldbg.trace.events import FREES, LOADS
 from rldbg.trace.load import TraceFileError, phases, ts_ns
 from rldbg.trace.load_pieces import read_by_phase
 
@@ -74,7 +75,7 @@ _NONE = type(None)
 _RECORD_TYPES = (("name", {str}), ("rank", {int}), ("step", {int, _NONE}), ("method", {str, _NONE}),
                  ("flow", {int, str, _NONE}))
 _MEM_ARGS = ("mem_before", "mem_after")   # numbers or null
-_NAME_LISTS = ("frees", "loads")  # rldbg.trace.events.moves(): lists of ledger categories, or null
+_NAME_LISTS = (FREES, LOADS)   # rldbg.trace.events.moves(): lists of ledger categories, or null
 _FLOAT_MAX = sys.float_info.max
 
 
