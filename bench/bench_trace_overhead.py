@@ -10,6 +10,10 @@ lies on one side of the goal (here, 200 steps a side still left the median ratio
 The same steps are also taken as pairs, each traced block beside the untraced block next to it
 (which goes first alternates), resampled by round: drift between rounds then leaves the spread.
 
+`--aa` runs the same alternation with neither side traced: its ratios are this machine's noise
+alone, the resolution a run of that length has (nothing else here can be that 1% check).
+Each step also reports how long the training processes' main threads waited for a core.
+
 Then tracing's standing cost, which does resolve: the CPU that every process of the job (driver,
 workers, the collector, Ray's own) uses per second while the job sits idle, untraced and traced
 in alternating windows. It is what tracing takes from the cores whatever the step does (memory
@@ -42,6 +46,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--steps", type=int, default=5, help="steps per block")
     ap.add_argument("--flush", type=float, default=None, help="flush interval, s (default: rldbg's)")
+    ap.add_argument("--aa", action="store_true",
+                    help="trace neither side: the ratios then show this machine's noise alone, the bench's resolution")
+    ap.add_argument("--dump", help="write every timed step's record here (JSON)")
     ap.add_argument("--memory-hz", type=float, default=10.0)
     ap.add_argument("--idle-seconds", type=float, default=4.0, help="length of each idle window")
     ap.add_argument("--idle-rounds", type=int, default=3, help="untraced/traced idle window pairs")
@@ -53,7 +60,8 @@ def main() -> None:
         # The demo's workers after its SFT warm start, its prompts step by step.
         with DemoSteps(cfg) as run:
             step_ratio(run, a)
-            standing_cost(run.step, a.memory_hz, a.idle_seconds, a.idle_rounds, a.flush)
+            if not a.aa:
+                standing_cost(run.step, a.memory_hz, a.idle_seconds, a.idle_rounds, a.flush)
     finally:
         ray.shutdown()
 
@@ -61,6 +69,10 @@ def main() -> None:
 def step_ratio(run: DemoSteps, a) -> None:
     """The demo's step time untraced and traced, alternating blocks on one set of workers."""
     cpu = []   # per block: (traced?, CPU ns the whole job used over it)
+    steps = []   # every timed step: traced?, seconds, its record (tokens, response length, phases)
+    waits = []   # per block: (traced?, ns the training processes waited for a core)
+    trainers = {"driver"} | {n for _, n in job_cpu_ns() if n.startswith("ray::") and "Collector" not in n
+                              and n not in ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")}
     by_proc = ({}, {})   # untraced, traced: {process name: CPU ns over all blocks}
 
     def block(traced: bool = False) -> list[float]:
@@ -69,13 +81,16 @@ def step_ratio(run: DemoSteps, a) -> None:
         # that starts tracing for each block must not charge that to the block's steps.
         run.step()
         out = []
-        c0 = job_cpu_ns()
+        c0, w0 = job_cpu_ns(), job_cpu_ns(1)
         for _ in range(a.steps):
             t0 = time.perf_counter()
-            run.step()
+            rec = run.step()
             out.append(time.perf_counter() - t0)
+            steps.append({"traced": traced, "s": out[-1], **{k: v for k, v in rec.items() if isinstance(v, (int, float))}})
         used = cpu_since(c0)
         cpu.append((traced, sum(used.values())))
+        waited = cpu_since(w0, 1)
+        waits.append((traced, sum(ns for name, ns in waited.items() if name in trainers)))
         for name, ns in used.items():
             by_proc[traced][name] = by_proc[traced].get(name, 0) + ns
         return out
@@ -86,6 +101,8 @@ def step_ratio(run: DemoSteps, a) -> None:
     extra = {} if a.flush is None else {"flush_interval": a.flush}
 
     def traced_block() -> list[float]:
+        if a.aa:   # the control: the "traced" side untraced too, so its ratio is the machine's noise alone
+            return block(traced=True)
         rldbg.trace.start(os.path.join(tempfile.mkdtemp(), "overhead.json.gz"), memory_hz=a.memory_hz, **extra)
         try:
             return block(traced=True)
@@ -101,9 +118,15 @@ def step_ratio(run: DemoSteps, a) -> None:
             rounds.append((block(), on_r))
         else:
             rounds.append((block(), traced_block()))
+    if a.dump:
+        import json
+        with open(a.dump, "w") as f:
+            json.dump(steps, f)
     off = [x for o, _ in rounds for x in o]
     on = [x for _, t in rounds for x in t]
     m_off, m_on = statistics.median(off), statistics.median(on)
+    if a.aa:
+        print("A/A control: both sides untraced; each ratio below is noise, its interval the bench's resolution")
     print(f"demo step, median of {len(off)} steps each: untraced {m_off * 1e3:.1f} ms, "
           f"traced {m_on * 1e3:.1f} ms, ratio {m_on / m_off:.3f} (goal ≤ 1.01)")
     print(f"  means: untraced {statistics.mean(off) * 1e3:.1f} ms, traced {statistics.mean(on) * 1e3:.1f} ms, "
@@ -130,6 +153,14 @@ def step_ratio(run: DemoSteps, a) -> None:
     lo, hi = interval(pairs, lambda ps: sum(y for _, y in ps) / sum(x for x, _ in ps))
     print(f"  the job's CPU per step: untraced {sum(c_off) / len(off) / 1e6:.1f} ms, traced {sum(c_on) / len(on) / 1e6:.1f} ms, "
           f"ratio {ratio:.3f}, 90% interval {lo:.3f} .. {hi:.3f} (rounds resampled as pairs)")
+    # Time the training processes (driver, workers) were runnable but kept off a core: what
+    # every other thread on the machine, tracing's included, cost the step's critical path.
+    w_off = [w for t, w in waits if not t]
+    w_on = [w for t, w in waits if t]
+    lo, hi = interval(list(zip(w_off, w_on)), lambda ps: (sum(y for _, y in ps) - sum(x for x, _ in ps)) / len(on) / 1e6)
+    print(f"  the training threads' wait for a core, per step: untraced {sum(w_off) / len(off) / 1e6:.2f} ms, "
+          f"traced {sum(w_on) / len(on) / 1e6:.2f} ms, {(sum(w_on) - sum(w_off)) / len(on) / 1e6:+.2f} ms "
+          f"(90% interval {lo:+.2f} .. {hi:+.2f}; main threads of {', '.join(sorted(trainers))})")
     # Where a traced step's extra CPU goes, by process: ms per step on each side.
     names = sorted(set(by_proc[0]) | set(by_proc[1]),
                    key=lambda n: -abs(by_proc[1].get(n, 0) / len(on) - by_proc[0].get(n, 0) / len(off)))
@@ -138,27 +169,30 @@ def step_ratio(run: DemoSteps, a) -> None:
         print(f"    {name:<32} {u:7.2f} -> {t:7.2f} ms a step ({t - u:+.2f})")
 
 
-def job_cpu_ns() -> dict:
+def job_cpu_ns(field: int = 0) -> dict:
     """{(pid, name): CPU ns used so far} for this process and every process it started (Ray's GCS
     and raylet, the workers, the collector), from each thread's /proc/<pid>/task/<tid>/schedstat:
-    nanoseconds, where psutil's cpu_times counts 10 ms ticks."""
+    nanoseconds, where psutil's cpu_times counts 10 ms ticks. field=1: of the main thread only
+    (where the driver and a Ray actor's calls run), ns it was runnable but waiting for a core
+    (the kernel's run delay)."""
     import psutil
     me = psutil.Process()
     out = {}
     for p in [me] + me.children(recursive=True):
         try:
             name = "driver" if p.pid == me.pid else p.name()
-            out[(p.pid, name)] = sum(int(open(f).read().split()[0]) for f in glob.glob(f"/proc/{p.pid}/task/*/schedstat"))
+            out[(p.pid, name)] = sum(int(open(f).read().split()[field])
+                                   for f in glob.glob(f"/proc/{p.pid}/task/{'*' if field == 0 else p.pid}/schedstat"))
         except (OSError, ValueError, psutil.Error):
             pass
     return out
 
 
-def cpu_since(before: dict) -> dict:
+def cpu_since(before: dict, field: int = 0) -> dict:
     """{process name: CPU ns used since job_cpu_ns() gave `before`}, summed over same-named
     processes; a process started in between is left out (it would count its start-up)."""
     out: dict = {}
-    for key, ns in job_cpu_ns().items():
+    for key, ns in job_cpu_ns(field).items():
         if key in before:
             out[key[1]] = out.get(key[1], 0) + ns - before[key]
     return out

@@ -9,6 +9,7 @@ import time
 
 from rldbg.context import current, identity
 from rldbg.memory.probes import sample
+from rldbg.trace.background import lower_this_thread
 from rldbg.trace.events import memory_event
 from rldbg.trace.stopflag import StopFlag
 
@@ -21,6 +22,7 @@ class Sampler:
         self._t.start()
 
     def _run(self) -> None:
+        lower_this_thread()   # never preempts training: rldbg/trace/background.py
         while not self._stop.wait(self.period):
             who = identity()
             self.emit(memory_event(time.time_ns(), who.roles[0], who.rank, current().step, None, sample()))

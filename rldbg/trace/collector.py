@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from rldbg.trace.background import lower_this_process
 from rldbg.trace.spill import SpillWriter, decode_events
 
 NAMESPACE = "rldbg"
@@ -32,7 +33,9 @@ def collector_name(job_id: str) -> str:
 
 
 class Collector:
-    def __init__(self, spill_dir: str, meta: dict, resume: bool = False):
+    def __init__(self, spill_dir: str, meta: dict, resume: bool = False, background: bool = False):
+        if background:   # the collector's own process (the session passes it): see trace/background.py
+            lower_this_process()
         self.meta = meta
         self.writer = SpillWriter(spill_dir, meta, resume=resume)
         self.live: deque = deque()   # (cursor of first event, events)

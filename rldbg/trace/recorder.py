@@ -27,6 +27,7 @@ import time
 from collections import deque
 from itertools import repeat, starmap
 
+from rldbg.trace.background import lower_this_thread
 from rldbg.trace.clock import CONNECT_SAMPLES, ClockSync
 from rldbg.trace.spill import encode_events
 from rldbg.trace.stopflag import StopFlag
@@ -105,6 +106,7 @@ class Shipper:
         atexit.register(self._at_exit)
 
     def _run(self) -> None:
+        lower_this_thread()   # never preempts training: trace/background.py
         self._hello()   # at once: stop() waits for every process it knows of
         self.clock.sync(self.collector, CONNECT_SAMPLES)   # before the first batch of events ships
         self.flush(block=False)

@@ -81,7 +81,7 @@ def _new_collector(ray, spill: str, config: dict, resume: bool):
     collector = actor_cls.options(
         name=collector_name(config["job_id"]), namespace=NAMESPACE, lifetime=None,
         scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-    ).remote(spill, config, resume)
+    ).remote(spill, config, resume, background=True)
     ray.get(collector.config.remote())   # fail here, not in the first batch, if it cannot start
     return collector
 

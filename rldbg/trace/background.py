@@ -1,0 +1,52 @@
+"""Tracing's background work runs at the lowest CPU priority: it uses what training leaves.
+
+A traced process has two threads of rldbg's (the flusher, the memory sampler) and the job has
+one process of rldbg's (the collector). None of their work is urgent: buffers are bounded and
+counted, a batch a few ms late costs nothing. But on a small VM each timer wake-up is about
+100 µs of CPU (measured here: a thread waking 10 times a second to do nothing used ~1 ms of CPU
+a second), and the collector, a Ray actor, wakes 100 times a second on Ray's own signal-check
+timer whatever it does. At normal priority every such wake-up that lands on a core running a
+training thread preempts it, and a step whose cores are both busy gets that much longer.
+
+Niced to 19 (Linux: per thread, by thread id), a waking tracing thread weighs less than the
+training thread it lands beside: Ray starts its workers at nice 15 (RAY_worker_niceness), so
+there the scheduler weighs the two 15 : 36; a driver keeps its shell's nice 0, 15 : 1024. The
+tracing thread then runs mostly when a core is idle (a synchronous RL step leaves idle time on
+every core) and is never starved: its weight still gives it far more than the ~1% of a core
+rldbg needs, so buffers do not back up and nothing is dropped. Raising one's own nice value
+needs no privilege; undoing it does, which is why only threads and processes that are rldbg's
+alone are lowered.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+NICE = 19   # the lowest priority a normal thread can have
+
+
+def lower_this_thread() -> bool:
+    """The calling thread to nice NICE; False where the platform has no per-thread nice."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
+def lower_this_process() -> int:
+    """Every thread of this process (Ray's own ones, started before our code ran, included) to
+    nice NICE, and so every thread started later, which inherits it; how many were lowered.
+    Only for a process that is rldbg's alone: the collector actor."""
+    n = 0
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return int(lower_this_thread())
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, int(tid), NICE)
+            n += 1
+        except (OSError, ValueError):
+            pass   # a thread that ended meanwhile
+    return n

@@ -1,0 +1,61 @@
+"""Tracing's background work runs at nice 19 (rldbg/trace/background.py), in the real processes:
+every thread of the collector actor, the flusher and memory sampler of the driver and of a traced
+worker; and nothing else of a worker's or the driver's, their main threads (where the user's
+calls run) least of all."""
+from __future__ import annotations
+
+import os
+import threading
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+import ray  # noqa: E402
+
+import rldbg  # noqa: E402
+from rldbg.trace import runtime  # noqa: E402
+from rldbg.trace.background import NICE  # noqa: E402
+
+OURS = ("rldbg-flusher", "rldbg-mem-sampler")
+
+
+def nice_of(tid: int) -> int:
+    # /proc/self/task/<tid>/stat: field 19 is the nice value (after the parenthesised comm).
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
+def python_threads() -> dict:
+    """{thread name: nice} of this process's Python threads, the main one as "main"."""
+    return {("main" if t is threading.main_thread() else t.name): nice_of(t.native_id)
+            for t in threading.enumerate() if t.native_id is not None}
+
+
+def all_threads() -> list:
+    return [nice_of(int(tid)) for tid in os.listdir("/proc/self/task")]
+
+
+@ray.remote(num_cpus=0)
+class Traced:
+    def work(self) -> dict:
+        with rldbg.span("work"):
+            pass
+        runtime.flush(block=True)   # the flusher has run its first round (and lowered itself)
+        return python_threads()
+
+
+def test_background_threads_and_the_collector_are_niced(ray_cluster, tmp_path):
+    assert NICE == 19
+    with rldbg.trace.tracing(str(tmp_path / "t.json.gz"), memory_hz=10):
+        worker = Traced.remote()
+        seen = ray.get(worker.work.remote())
+        collector = rldbg.trace.collector_handle()
+        collector_threads = ray.get(collector.__ray_call__.remote(lambda self: all_threads()))
+        driver = python_threads()
+    ray.kill(worker)
+    for who, threads in (("worker", seen), ("driver", driver)):
+        assert {n: threads.get(n) for n in OURS} == {n: NICE for n in OURS}, (who, threads)
+        # The user's own threads keep the priority their process started with (Ray starts its
+        # workers at nice 15, a driver keeps the shell's).
+        assert threads["main"] < NICE, (who, threads)
+        assert all(v == threads["main"] for n, v in threads.items() if n not in OURS), (who, threads)
+    assert collector_threads and set(collector_threads) == {NICE}, collector_threads
+    assert os.getpriority(os.PRIO_PROCESS, 0) == 0
