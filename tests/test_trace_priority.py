@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 import ray  # noqa: E402
@@ -33,13 +34,24 @@ def all_threads() -> list:
     return [nice_of(int(tid)) for tid in os.listdir("/proc/self/task")]
 
 
+def settled() -> dict:
+    """python_threads() once tracing's two threads exist and have lowered themselves (each does
+    so first thing when it starts), or as they are after 10 s."""
+    for _ in range(100):
+        threads = python_threads()
+        if all(threads.get(n) == NICE for n in OURS):
+            break
+        time.sleep(0.1)
+    return threads
+
+
 @ray.remote(num_cpus=0)
 class Traced:
     def work(self) -> dict:
         with rldbg.span("work"):
             pass
-        runtime.flush(block=True)   # the flusher has run its first round (and lowered itself)
-        return python_threads()
+        runtime.flush(block=True)
+        return settled()
 
 
 def test_background_threads_and_the_collector_are_niced(ray_cluster, tmp_path):
@@ -49,7 +61,7 @@ def test_background_threads_and_the_collector_are_niced(ray_cluster, tmp_path):
         seen = ray.get(worker.work.remote())
         collector = rldbg.trace.collector_handle()
         collector_threads = ray.get(collector.__ray_call__.remote(lambda self: all_threads()))
-        driver = python_threads()
+        driver = settled()
     ray.kill(worker)
     for who, threads in (("worker", seen), ("driver", driver)):
         assert {n: threads.get(n) for n in OURS} == {n: NICE for n in OURS}, (who, threads)

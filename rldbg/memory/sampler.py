@@ -22,7 +22,7 @@ class Sampler:
         self._t.start()
 
     def _run(self) -> None:
-        lower_this_thread()   # never preempts training: rldbg/trace/background.py
+        lower_this_thread()   # weighs less than training with the scheduler: rldbg/trace/background.py
         while not self._stop.wait(self.period):
             who = identity()
             self.emit(memory_event(time.time_ns(), who.roles[0], who.rank, current().step, None, sample()))

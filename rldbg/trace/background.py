@@ -5,17 +5,19 @@ one process of rldbg's (the collector). None of their work is urgent: buffers ar
 counted, a batch a few ms late costs nothing. But on a small VM each timer wake-up is about
 100 µs of CPU (measured here: a thread waking 10 times a second to do nothing used ~1 ms of CPU
 a second), and the collector, a Ray actor, wakes 100 times a second on Ray's own signal-check
-timer whatever it does. At normal priority every such wake-up that lands on a core running a
-training thread preempts it, and a step whose cores are both busy gets that much longer.
+timer whatever it does. At the training threads' own priority, a wake-up that lands on a core
+running a training thread can preempt it, and a step whose cores are both busy gets longer.
 
 Niced to 19 (Linux: per thread, by thread id), a waking tracing thread weighs less than the
 training thread it lands beside: Ray starts its workers at nice 15 (RAY_worker_niceness), so
 there the scheduler weighs the two 15 : 36; a driver keeps its shell's nice 0, 15 : 1024. The
-tracing thread then runs mostly when a core is idle (a synchronous RL step leaves idle time on
-every core) and is never starved: its weight still gives it far more than the ~1% of a core
-rldbg needs, so buffers do not back up and nothing is dropped. Raising one's own nice value
-needs no privilege; undoing it does, which is why only threads and processes that are rldbg's
-alone are lowered.
+kernel can then leave the core to training and run rldbg's work when a core is idle (a
+synchronous RL step leaves idle time on every core). Nor is that work starved: next to one busy
+training thread its weight still entitles it to 30% of a core (nice 15) or 1.5% (nice 0), more
+than the ~1% rldbg uses. What this changes in a demo step is below what
+bench/bench_trace_overhead.py resolves on a 2-core VM (about ±2.5%, its A/A control). Raising
+one's own nice value needs no privilege; undoing it does, which is why only threads and
+processes that are rldbg's alone are lowered.
 """
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ class Shipper:
         atexit.register(self._at_exit)
 
     def _run(self) -> None:
-        lower_this_thread()   # never preempts training: trace/background.py
+        lower_this_thread()   # weighs less than training with the scheduler: trace/background.py
         self._hello()   # at once: stop() waits for every process it knows of
         self.clock.sync(self.collector, CONNECT_SAMPLES)   # before the first batch of events ships
         self.flush(block=False)
