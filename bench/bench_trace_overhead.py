@@ -38,6 +38,7 @@ import ray  # noqa: E402
 import rldbg.trace  # noqa: E402
 from bootstrap import interval, ratio_interval, verdict  # noqa: E402
 from demo_steps import DemoSteps  # noqa: E402
+from tracing_threads import cpu_ns, tracing_threads, used_by_label  # noqa: E402
 from reference_trainer.config import load_config  # noqa: E402
 
 
@@ -74,6 +75,8 @@ def step_ratio(run: DemoSteps, a) -> None:
     trainers = {"driver"} | {n for _, n in job_cpu_ns() if n.startswith("ray::") and "Collector" not in n
                               and n not in ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")}
     by_proc = ({}, {})   # untraced, traced: {process name: CPU ns over all blocks}
+    own: dict = {}       # tracing's own threads over the traced blocks: {label: CPU ns}
+    hosts = [h for g in run.groups.values() for h in g.hosts]
 
     def block(traced: bool = False) -> list[float]:
         # One step first, untimed, on both sides: a traced run's workers find the collector,
@@ -81,7 +84,8 @@ def step_ratio(run: DemoSteps, a) -> None:
         # that starts tracing for each block must not charge that to the block's steps.
         run.step()
         out = []
-        c0, w0 = job_cpu_ns(), job_cpu_ns(1)
+        mine = tracing_threads(hosts, rldbg.trace.collector_handle()) if traced and not a.aa else []
+        c0, w0, t0_own = job_cpu_ns(), job_cpu_ns(1), cpu_ns(mine)
         for _ in range(a.steps):
             t0 = time.perf_counter()
             rec = run.step()
@@ -89,6 +93,8 @@ def step_ratio(run: DemoSteps, a) -> None:
             steps.append({"traced": traced, "s": out[-1], **{k: v for k, v in rec.items() if isinstance(v, (int, float))}})
         used = cpu_since(c0)
         cpu.append((traced, sum(used.values())))
+        for label, ns in used_by_label(mine, t0_own).items():
+            own[label] = own.get(label, 0) + ns
         waited = cpu_since(w0, 1)
         waits.append((traced, sum(ns for name, ns in waited.items() if name in trainers)))
         for name, ns in used.items():
@@ -153,6 +159,11 @@ def step_ratio(run: DemoSteps, a) -> None:
     lo, hi = interval(pairs, lambda ps: sum(y for _, y in ps) / sum(x for x, _ in ps))
     print(f"  the job's CPU per step: untraced {sum(c_off) / len(off) / 1e6:.1f} ms, traced {sum(c_on) / len(on) / 1e6:.1f} ms, "
           f"ratio {ratio:.3f}, 90% interval {lo:.3f} .. {hi:.3f} (rounds resampled as pairs)")
+    if own:
+        mine = sum(own.values()) / len(on) / 1e6
+        print(f"  tracing's own threads, measured where they run: {mine:.2f} ms a step, "
+              f"{100 * mine / (sum(c_on) / len(on) / 1e6):.2f}% of the traced job's CPU ("
+              + ", ".join(f"{k} {v / len(on) / 1e6:.2f}" for k, v in sorted(own.items())) + ")")
     # Time the training processes (driver, workers) were runnable but kept off a core: what
     # every other thread on the machine, tracing's included, cost the step's critical path.
     w_off = [w for t, w in waits if not t]
