@@ -11,8 +11,10 @@ The same steps are also taken as pairs, each traced block beside the untraced bl
 (which goes first alternates), resampled by round: drift between rounds then leaves the spread.
 
 `--aa` runs the same alternation with neither side traced: its ratios are this machine's noise
-alone, the resolution a run of that length has (nothing else here can be that 1% check).
-Each step also reports how long the training processes' main threads waited for a core.
+alone, the resolution a run of that length has (on a 2-core VM about ±2.5% for 40 rounds, wider
+than the 1% goal). Each block also reports how long the training processes' main threads waited
+for a core, and tracing's own CPU measured on its threads (bench/tracing_threads.py), which
+resolves where the step ratio cannot.
 
 Then tracing's standing cost, which does resolve: the CPU that every process of the job (driver,
 workers, the collector, Ray's own) uses per second while the job sits idle, untraced and traced
