@@ -25,7 +25,6 @@ that share of the machine.
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import statistics
 import sys
@@ -40,7 +39,7 @@ import ray  # noqa: E402
 import rldbg.trace  # noqa: E402
 from bootstrap import interval, ratio_interval, verdict  # noqa: E402
 from demo_steps import DemoSteps  # noqa: E402
-from tracing_threads import cpu_ns, tracing_threads, used_by_label  # noqa: E402
+from tracing_threads import RUN_DELAY, cpu_ns, schedstat, tracing_threads, used_by_label  # noqa: E402
 from reference_trainer.config import load_config  # noqa: E402
 
 
@@ -87,7 +86,7 @@ def step_ratio(run: DemoSteps, a) -> None:
         run.step()
         out = []
         mine = tracing_threads(hosts, rldbg.trace.collector_handle()) if traced and not a.aa else []
-        c0, w0, t0_own = job_cpu_ns(), job_cpu_ns(1), cpu_ns(mine)
+        c0, w0, t0_own = job_cpu_ns(), main_wait_ns(), cpu_ns(mine)
         for _ in range(a.steps):
             t0 = time.perf_counter()
             rec = run.step()
@@ -97,7 +96,7 @@ def step_ratio(run: DemoSteps, a) -> None:
         cpu.append((traced, sum(used.values())))
         for label, ns in used_by_label(mine, t0_own).items():
             own[label] = own.get(label, 0) + ns
-        waited = cpu_since(w0, 1)
+        waited = cpu_since(w0, main_wait_ns)
         waits.append((traced, sum(ns for name, ns in waited.items() if name in trainers)))
         for name, ns in used.items():
             by_proc[traced][name] = by_proc[traced].get(name, 0) + ns
@@ -182,30 +181,47 @@ def step_ratio(run: DemoSteps, a) -> None:
         print(f"    {name:<32} {u:7.2f} -> {t:7.2f} ms a step ({t - u:+.2f})")
 
 
-def job_cpu_ns(field: int = 0) -> dict:
-    """{(pid, name): CPU ns used so far} for this process and every process it started (Ray's GCS
-    and raylet, the workers, the collector), from each thread's /proc/<pid>/task/<tid>/schedstat:
-    nanoseconds, where psutil's cpu_times counts 10 ms ticks. field=1: of the main thread only
-    (where the driver and a Ray actor's calls run), ns it was runnable but waiting for a core
-    (the kernel's run delay)."""
+def _job_processes():
+    """(pid, name) of this process ("driver") and every process it started (Ray's GCS and raylet,
+    the workers, the collector)."""
     import psutil
     me = psutil.Process()
-    out = {}
     for p in [me] + me.children(recursive=True):
         try:
-            name = "driver" if p.pid == me.pid else p.name()
-            out[(p.pid, name)] = sum(int(open(f).read().split()[field])
-                                   for f in glob.glob(f"/proc/{p.pid}/task/{'*' if field == 0 else p.pid}/schedstat"))
-        except (OSError, ValueError, psutil.Error):
+            yield p.pid, "driver" if p.pid == me.pid else p.name()
+        except psutil.Error:
+            pass
+
+
+def job_cpu_ns() -> dict:
+    """{(pid, name): CPU ns used so far} of each of the job's processes, all its threads summed,
+    from schedstat: nanoseconds, where psutil's cpu_times counts 10 ms ticks."""
+    out = {}
+    for pid, name in _job_processes():
+        try:
+            out[(pid, name)] = sum(schedstat(pid, int(tid)) for tid in os.listdir(f"/proc/{pid}/task"))
+        except (OSError, ValueError):
+            pass   # a process or thread that ended meanwhile
+    return out
+
+
+def main_wait_ns() -> dict:
+    """{(pid, name): ns the main thread (where the driver and a Ray actor's calls run) was
+    runnable but waiting for a core so far} of each of the job's processes."""
+    out = {}
+    for pid, name in _job_processes():
+        try:
+            out[(pid, name)] = schedstat(pid, pid, RUN_DELAY)
+        except (OSError, ValueError):
             pass
     return out
 
 
-def cpu_since(before: dict, field: int = 0) -> dict:
-    """{process name: CPU ns used since job_cpu_ns() gave `before`}, summed over same-named
+def cpu_since(before: dict, now=job_cpu_ns) -> dict:
+    """{process name: ns counted since `now()` gave `before`}, summed over same-named
     processes; a process started in between is left out (it would count its start-up)."""
     out: dict = {}
-    for key, ns in job_cpu_ns(field).items():
+    for key, ns in now().items():
         if key in before:
             out[key[1]] = out.get(key[1], 0) + ns - before[key]
     return out

@@ -25,19 +25,24 @@ def _named_threads() -> tuple:
     return os.getpid(), {t.native_id: t.name for t in threading.enumerate() if t.name in LABELS}
 
 
-def _pid() -> int:
-    return os.getpid()
+def schedstat(pid: int, tid: int, field: int = 0) -> int:
+    """A field of /proc/<pid>/task/<tid>/schedstat: 0, ns on a core; RUN_DELAY, ns runnable but
+    waiting for one."""
+    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+        return int(f.read().split()[field])
+
+
+RUN_DELAY = 1
 
 
 def tracing_threads(hosts, collector) -> list:
-    """[(pid, tid, label)] of rldbg's threads in this process and in each actor of `hosts`, and
-    of every thread of the collector actor."""
-    seen = {}
-    for h in hosts:
-        seen[h._actor_id.hex()] = h
-    replies = [_named_threads()] + ray.get([h.__ray_call__.remote(lambda self: _named_threads()) for h in seen.values()])
+    """[(pid, tid, label)] of rldbg's threads in this process and in each actor of `hosts` (an
+    actor listed twice, as colocated roles are, counts once), and of every thread of the
+    collector actor."""
+    unique = {h._actor_id.hex(): h for h in hosts}.values()
+    replies = [_named_threads()] + ray.get([h.__ray_call__.remote(lambda self: _named_threads()) for h in unique])
     out = [(pid, tid, LABELS[name]) for pid, named in replies for tid, name in named.items()]
-    cpid = ray.get(collector.__ray_call__.remote(lambda self: _pid()))
+    cpid = ray.get(collector.__ray_call__.remote(lambda self: os.getpid()))
     out += [(cpid, int(tid), "the collector") for tid in os.listdir(f"/proc/{cpid}/task")]
     return out
 
@@ -47,8 +52,7 @@ def cpu_ns(threads: list) -> dict:
     out = {}
     for pid, tid, _ in threads:
         try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                out[(pid, tid)] = int(f.read().split()[0])
+            out[(pid, tid)] = schedstat(pid, tid)
         except (OSError, ValueError):
             pass
     return out
