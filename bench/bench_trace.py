@@ -263,7 +263,7 @@ def shipped_cost(n: int) -> dict:
     per event for each, summed for the figure, and the wall time until the collector holds all."""
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
-    from rldbg.trace import session
+    from rldbg.trace import address, session
     # address="local": always a cluster of our own, never one found running on this machine
     ray.init(address="local", num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1",
              logging_level="ERROR")
@@ -271,6 +271,11 @@ def shipped_cost(n: int) -> dict:
         with tempfile.TemporaryDirectory() as d:
             session.start(os.path.join(d, "shipped.json"), memory_hz=0, buffer_events=4 * n, flush_interval=3600)
             collector = session._session["collector"]
+            # Ship as a worker does, over TCP to the collector's listener; the listener is in this
+            # same process (the driver), so this process's CPU holds both ends of the wire.
+            runtime.detach(flush=True)
+            link = address.connect(address.find(ray.get_runtime_context().get_job_id()))
+            runtime.attach(link, link.config)
             # The flusher's connect (hello, clock samples, a first round) ends before the loop, so
             # that nothing ships during it; it is not per-event cost either.
             shipper, t_wait = runtime.STATE.shipper, time.monotonic() + 30
@@ -278,7 +283,7 @@ def shipped_cost(n: int) -> dict:
                 time.sleep(0.05)
             time.sleep(0.5)
             runtime.flush(block=True)
-            before = ray.get(collector.stats.remote())["events"]
+            before = collector.stats()["events"]
             # Ray's own threads use CPU in this process at rest (polling, heartbeats): measured
             # first, so that the figure can say how much of the process's CPU is not tracing's.
             i_c, i_w = time.process_time(), time.perf_counter()
@@ -289,7 +294,7 @@ def shipped_cost(n: int) -> dict:
             c1, t1, th1 = time.process_time(), time.perf_counter(), time.thread_time()
             runtime.flush(block=True)
             c2, t2 = time.process_time(), time.perf_counter()
-            _acknowledged(ray, collector, before + n, t0)
+            _acknowledged(collector, before + n, t0)
             wall = time.perf_counter() - t0
             # Steady state, as a run records: shipping rounds every 0.1 s (the flusher's default
             # interval, run here by a thread of the bench as the flusher would) while the loop
@@ -308,7 +313,7 @@ def shipped_cost(n: int) -> dict:
             shipping.join()
             runtime.flush(block=True)
             steady = (time.process_time() - c3) / n * 1e9
-            _acknowledged(ray, collector, before + 2 * n, t3)
+            _acknowledged(collector, before + 2 * n, t3)
             session.stop(export=False)
     finally:
         ray.shutdown()
@@ -321,9 +326,9 @@ def shipped_cost(n: int) -> dict:
             "idle_cores": idle, "steady_ns": steady}
 
 
-def _acknowledged(ray, collector, events: int, t0: float) -> None:
+def _acknowledged(collector, events: int, t0: float) -> None:
     """Wait until the collector holds `events` events (120 s from t0 at most)."""
-    while ray.get(collector.stats.remote())["events"] < events:
+    while collector.stats()["events"] < events:
         if time.perf_counter() - t0 > 120:
             raise SystemExit("shipped_cost: the collector did not acknowledge every event in 120 s")
         time.sleep(0.01)

@@ -17,10 +17,10 @@ for a core, and tracing's own CPU measured on its threads (bench/tracing_threads
 resolves where the step ratio cannot.
 
 Then tracing's standing cost, which does resolve: the CPU that every process of the job (driver,
-workers, the collector, Ray's own) uses per second while the job sits idle, untraced and traced
-in alternating windows. It is what tracing takes from the cores whatever the step does (memory
-sampling, shipping rounds, the collector process); a step that keeps both cores busy loses about
-that share of the machine.
+workers, Ray's own; the collector is threads of the driver) uses per second while the job sits
+idle, untraced and traced in alternating windows. It is what tracing takes from the cores
+whatever the step does (memory sampling, shipping rounds, the collector's threads); a step that
+keeps both cores busy loses about that share of the machine.
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def step_ratio(run: DemoSteps, a) -> None:
         # that starts tracing for each block must not charge that to the block's steps.
         run.step()
         out = []
-        mine = tracing_threads(hosts, rldbg.trace.collector_handle()) if traced and not a.aa else []
+        mine = tracing_threads(hosts) if traced and not a.aa else []
         c0, w0, t0_own = job_cpu_ns(), main_wait_ns(), cpu_ns(mine)
         for _ in range(a.steps):
             t0 = time.perf_counter()
@@ -182,8 +182,8 @@ def step_ratio(run: DemoSteps, a) -> None:
 
 
 def _job_processes():
-    """(pid, name) of this process ("driver") and every process it started (Ray's GCS and raylet,
-    the workers, the collector)."""
+    """(pid, name) of this process ("driver", where the collector lives) and every process it
+    started (Ray's GCS and raylet, the workers)."""
     import psutil
     me = psutil.Process()
     for p in [me] + me.children(recursive=True):
@@ -238,7 +238,8 @@ def standing_cost(one_step, memory_hz: float, seconds: float, rounds: int, flush
     """Tracing's CPU per second with the job idle: alternating untraced and traced windows; one
     step before each window (outside it) so the workers have looked up the collector, or gone
     quiet after a stop, before it is measured. An actor that does nothing runs through every
-    window: what it costs is the floor of the collector, itself a Ray actor."""
+    window: what it costs is what the collector cost while it was a Ray actor of its own (until
+    stop 31; it is threads of the driver now, trace/server.py)."""
     idle = IdleActor.remote()
     ray.get(idle.ready.remote())
     off, on = [], []
@@ -268,7 +269,8 @@ def standing_cost(one_step, memory_hz: float, seconds: float, rounds: int, flush
         if abs(y - x) >= 0.2:
             print(f"  {n:32s} {x:6.2f} -> {y:6.2f} ms/s ({y - x:+.2f})")
     floor = [w.get("ray::IdleActor", 0.0) for w in off + on]
-    print(f"  an idle Ray actor that does nothing (the floor of any collector process): "
+    print(f"  an idle Ray actor that does nothing (what the collector cost as an actor, before it moved "
+          f"into the driver): "
           f"{statistics.mean(floor):.2f} ms/s (windows {', '.join(f'{x:.1f}' for x in floor)})")
     ray.kill(idle)
 

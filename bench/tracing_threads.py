@@ -1,9 +1,10 @@
 """Tracing's own CPU in a running job, thread by thread: what a traced step's extra CPU is made of,
 measured where it is spent instead of as a difference of two noisy totals.
 
-rldbg's threads are named ("rldbg-flusher", "rldbg-mem-sampler"); the OS does not know those
-names, so each process says which of its native thread ids carries which (the workers through
-Ray's __ray_call__). The collector's process is rldbg's alone: all its threads count.
+rldbg's threads are named ("rldbg-flusher", "rldbg-mem-sampler", and in the driver the
+collector's "rldbg-collector-accept" and one "rldbg-collector-conn" per connected process); the OS
+does not know those names, so each process says which of its native thread ids carries which
+(the workers through Ray's __ray_call__).
 Recording itself runs on the training threads and is not in here (bench_trace.py measures it
 per event).
 """
@@ -18,7 +19,8 @@ import ray
 # The workers cannot import this file (bench/ is not on their path): ship these functions whole.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-LABELS = {"rldbg-flusher": "flushers", "rldbg-mem-sampler": "samplers"}
+LABELS = {"rldbg-flusher": "flushers", "rldbg-mem-sampler": "samplers",
+          "rldbg-collector-accept": "the collector", "rldbg-collector-conn": "the collector"}
 
 
 def _named_threads() -> tuple:
@@ -35,16 +37,13 @@ def schedstat(pid: int, tid: int, field: int = 0) -> int:
 RUN_DELAY = 1
 
 
-def tracing_threads(hosts, collector) -> list:
-    """[(pid, tid, label)] of rldbg's threads in this process and in each actor of `hosts` (an
-    actor listed twice, as colocated roles are, counts once), and of every thread of the
-    collector actor."""
+def tracing_threads(hosts) -> list:
+    """[(pid, tid, label)] of rldbg's threads in this process (the driver, where the collector
+    lives) and in each actor of `hosts` (an actor listed twice, as colocated roles are, counts
+    once). Ask once every process is connected: a collector thread started later is missed."""
     unique = {h._actor_id.hex(): h for h in hosts}.values()
     replies = [_named_threads()] + ray.get([h.__ray_call__.remote(lambda self: _named_threads()) for h in unique])
-    out = [(pid, tid, LABELS[name]) for pid, named in replies for tid, name in named.items()]
-    cpid = ray.get(collector.__ray_call__.remote(lambda self: os.getpid()))
-    out += [(cpid, int(tid), "the collector") for tid in os.listdir(f"/proc/{cpid}/task")]
-    return out
+    return [(pid, tid, LABELS[name]) for pid, named in replies for tid, name in named.items()]
 
 
 def cpu_ns(threads: list) -> dict:

@@ -13,10 +13,13 @@ meet on Ray's default ports (the dashboard agent's 52365 most of all: job submis
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import socket
 import sys
+import tempfile
 
 
 def free_port() -> int:
@@ -46,9 +49,16 @@ def main() -> None:
         "num_cpus": 1, "node_ip_address": "127.0.0.1", "dashboard_host": "127.0.0.1",
         "include_dashboard": True, "dashboard_port": dash, "dashboard_agent_listen_port": free_port(),
         "metrics_export_port": free_port(), "resources": {"head": 1}})
+    temps = []
     for i in range(1, n):
+        temps.append(tempfile.mkdtemp(prefix=f"rldbg-node{i}-"))
+        atexit.register(shutil.rmtree, temps[-1], True)   # after the cluster's shutdown, however main ends
+        # Each node its own temp dir, as on separate machines: sharing one, a node's runtime-env agent
+        # unpacks a job's working directory over the one the driver runs in (Ray's working_dir
+        # plugin overwrites), and the driver's imports fail for that moment.
         cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", dashboard_agent_listen_port=free_port(),
-                         metrics_export_port=free_port(), resources={f"worker{i}": 1})
+                         metrics_export_port=free_port(), resources={f"worker{i}": 1},
+                         temp_dir=temps[-1])
     cluster.wait_for_nodes()
     nodes = [{"node_id": node.node_id, "head": node is cluster.head_node}
              for node in [cluster.head_node, *cluster.worker_nodes]]

@@ -1,7 +1,7 @@
 """Tracing's background work runs at nice 19 (rldbg/trace/background.py), in the real processes:
-every thread of the collector actor, the flusher and memory sampler of the driver and of a traced
-worker; and nothing else of a worker's or the driver's, their main threads (where the user's
-calls run) least of all."""
+the collector's listener threads in the driver (trace/server.py), the flusher and memory sampler
+of the driver and of a traced worker; and nothing else of a worker's or the driver's, their main
+threads (where the user's calls run) least of all."""
 from __future__ import annotations
 
 import os
@@ -16,6 +16,7 @@ from rldbg.trace import runtime  # noqa: E402
 from rldbg.trace.background import NICE  # noqa: E402
 
 OURS = ("rldbg-flusher", "rldbg-mem-sampler")
+COLLECTOR = ("rldbg-collector-accept", "rldbg-collector-conn")   # the driver's only
 
 
 def nice_of(tid: int) -> int:
@@ -25,13 +26,14 @@ def nice_of(tid: int) -> int:
 
 
 def python_threads() -> dict:
-    """{thread name: nice} of this process's Python threads, the main one as "main"."""
-    return {("main" if t is threading.main_thread() else t.name): nice_of(t.native_id)
-            for t in threading.enumerate() if t.native_id is not None}
-
-
-def all_threads() -> list:
-    return [nice_of(int(tid)) for tid in os.listdir("/proc/self/task")]
+    """{thread name: nice} of this process's Python threads, the main one as "main" (threads of
+    one name: the highest priority any of them has, which is the lowest nice)."""
+    out: dict = {}
+    for t in threading.enumerate():
+        if t.native_id is not None:
+            name = "main" if t is threading.main_thread() else t.name
+            out[name] = min(out.get(name, NICE), nice_of(t.native_id))
+    return out
 
 
 def settled() -> dict:
@@ -58,16 +60,14 @@ def test_background_threads_and_the_collector_are_niced(ray_cluster, tmp_path):
     assert NICE == 19
     with rldbg.trace.tracing(str(tmp_path / "t.json.gz"), memory_hz=10):
         worker = Traced.remote()
-        seen = ray.get(worker.work.remote())
-        collector = rldbg.trace.collector_handle()
-        collector_threads = ray.get(collector.__ray_call__.remote(lambda self: all_threads()))
+        seen = ray.get(worker.work.remote())   # the worker is connected: the driver serves it
         driver = settled()
     ray.kill(worker)
-    for who, threads in (("worker", seen), ("driver", driver)):
+    assert {n: driver.get(n) for n in COLLECTOR} == {n: NICE for n in COLLECTOR}, driver
+    for who, threads, ours in (("worker", seen, OURS), ("driver", driver, OURS + COLLECTOR)):
         assert {n: threads.get(n) for n in OURS} == {n: NICE for n in OURS}, (who, threads)
         # The user's own threads keep the priority their process started with (Ray starts its
         # workers at nice 15, a driver keeps the shell's).
         assert threads["main"] < NICE, (who, threads)
-        assert all(v == threads["main"] for n, v in threads.items() if n not in OURS), (who, threads)
-    assert collector_threads and set(collector_threads) == {NICE}, collector_threads
+        assert all(v == threads["main"] for n, v in threads.items() if n not in ours), (who, threads)
     assert os.getpriority(os.PRIO_PROCESS, 0) == 0

@@ -15,7 +15,8 @@ HELP = "write a run's collected events as a Perfetto trace"
 def add_arguments(parser) -> None:
     parser.add_argument("spill_dir", nargs="?", help="a spill directory (<trace>.spill) left by a run")
     parser.add_argument("--address", help="Ray cluster address of a running traced job (e.g. auto)")
-    parser.add_argument("--collector", help="collector actor name (default: the only rldbg-collector-*)")
+    parser.add_argument("--collector", help="the traced job's collector, rldbg-collector-<job id> "
+                                            "(default: the only traced job on the cluster)")
     parser.add_argument("-o", "--output", required=True, help="output trace, .json or .json.gz")
     parser.add_argument("--jobs", metavar="N",
                         help="processes reading and formatting the spill side by side (default: one per "
@@ -25,19 +26,21 @@ def add_arguments(parser) -> None:
 def _spill_from_cluster(address: str, name: str | None) -> str:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
-    from rldbg.trace.collector import NAME_PREFIX, NAMESPACE
-    ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR")
+    from rldbg.trace import address as where
+    ray.init(address=address, namespace=where.NAMESPACE, logging_level="ERROR")
     try:
+        found = where.find_all()
         if name is None:
-            names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                     if a["namespace"] == NAMESPACE and a["name"].startswith(NAME_PREFIX)]
-            if len(names) != 1:
-                raise SystemExit(f"rldbg export: found {len(names)} collectors {names}; pick one with --collector")
-            name = names[0]
-        handle = ray.get_actor(name, namespace=NAMESPACE)
+            if len(found) != 1:
+                raise SystemExit(f"rldbg export: found {len(found)} traced jobs {sorted(found)}; "
+                                 "pick one with --collector")
+            name = next(iter(found))
+        elif name not in found:
+            raise SystemExit(f"rldbg export: no traced job {name!r} on the Ray cluster at {address}; "
+                             f"traced: {sorted(found) or 'none'}")
         print(f"rldbg export: collector {name} on the Ray cluster at {address}", file=sys.stderr)
-        # The collector flushes each batch to disk on arrival; export reads the same files.
-        return ray.get(handle.stats.remote(), timeout=30)["spill_dir"]
+        # The collector writes each batch to disk on arrival; export reads the same files.
+        return found[name]["spill_dir"]
     finally:
         ray.shutdown()
 

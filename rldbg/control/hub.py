@@ -54,6 +54,7 @@ class ControlHub:
         self.hits: collections.deque = collections.deque(maxlen=100)
         self.paused: dict = {}
         self._collector, self.started = None, time.time()
+        self._collector_lock = threading.Lock()   # the HTTP server's threads share one connection
         self.server, self.url = serve(self, host, port, token)
 
     def __repr__(self) -> str:
@@ -213,27 +214,30 @@ class ControlHub:
 
     # ---- trace store --------------------------------------------------------------------
     def collector(self):
-        """This job's collector actor, or None when tracing is off (looked up again each time
-        it is missing, since tracing may start after the hub)."""
+        """A connection to this job's trace collector (in the driver, trace/server.py), or None
+        when tracing is off (looked up again each time it is missing, since tracing may start
+        after the hub)."""
         if self._collector is None:
-            import ray
-            from rldbg.trace.collector import NAMESPACE as CNS, collector_name
+            from rldbg.trace import address
             try:
-                self._collector = ray.get_actor(collector_name(self.job_id), namespace=CNS)
-            except ValueError:
+                entry = address.find(self.job_id)
+                self._collector = address.connect(entry, timeout=10.0) if entry else None
+            except ConnectionError:
                 return None
         return self._collector
 
     def _ask_collector(self, method: str, *args, timeout: float = 10.0):
-        import ray
-        c = self.collector()
-        if c is None:
-            return None
-        try:
-            return ray.get(getattr(c, method).remote(*args), timeout=timeout)
-        except ray.exceptions.RayActorError:
-            self._collector = None   # tracing stopped; a later start() makes a new one
-            return None
+        with self._collector_lock:
+            c = self.collector()
+            if c is None:
+                return None
+            try:
+                c.settimeout(timeout)
+                return c.call(method, *args)
+            except ConnectionError:
+                c.close()
+                self._collector = None   # tracing stopped; a later start() publishes a new one
+                return None
 
     def events(self, cursor: int, limit: int) -> dict:
         from rldbg.trace.events import to_dict

@@ -5,8 +5,9 @@
     ...
     rldbg.trace.stop()                                  # or: with rldbg.trace.tracing(path): ...
 
-Layout: events (record format) → recorder (per-process buffer + flusher) → collector (one actor,
-spills to disk) → export (Chrome JSON for Perfetto) → report (analysis) / tp (SQL checks).
+Layout: events (record format) → recorder (per-process buffer + flusher) → wire (TCP) → server →
+collector (in the driver, spills to disk) → export (Chrome JSON for Perfetto) → report
+(analysis) / tp (SQL checks).
 
 The session functions are looked up in rldbg.trace.session on first use, not imported with the
 package: every process that records imports rldbg.trace (through rldbg.api), and so does each

@@ -1,12 +1,11 @@
 """Tracing's background work runs at the lowest CPU priority: it uses what training leaves.
 
-A traced process has two threads of rldbg's (the flusher, the memory sampler) and the job has
-one process of rldbg's (the collector). None of their work is urgent: buffers are bounded and
-counted, a batch a few ms late costs nothing. But on a small VM each timer wake-up is about
-100 µs of CPU (measured here: a thread waking 10 times a second to do nothing used ~1 ms of CPU
-a second), and the collector, a Ray actor, wakes 100 times a second on Ray's own signal-check
-timer whatever it does. At the training threads' own priority, a wake-up that lands on a core
-running a training thread can preempt it, and a step whose cores are both busy gets longer.
+A traced process has two threads of rldbg's (the flusher, the memory sampler), and the driver
+also the collector's listener threads (trace/server.py). None of their work is urgent: buffers
+are bounded and counted, a batch a few ms late costs nothing. But on a small VM each timer
+wake-up is about 100 µs of CPU (measured here: a thread waking 10 times a second to do nothing
+used ~1 ms of CPU a second). At the training threads' own priority, a wake-up that lands on a
+core running a training thread can preempt it, and a step whose cores are both busy gets longer.
 
 Niced to 19 (Linux: per thread, by thread id), a waking tracing thread weighs less than the
 training thread it lands beside: Ray starts its workers at nice 15 (RAY_worker_niceness), so
@@ -16,8 +15,8 @@ synchronous RL step leaves idle time on every core). Nor is that work starved: n
 training thread its weight still entitles it to 30% of a core (nice 15) or 1.5% (nice 0), more
 than the ~1% rldbg uses. What this changes in a demo step is below what
 bench/bench_trace_overhead.py resolves on a 2-core VM (about ±2.5%, its A/A control). Raising
-one's own nice value needs no privilege; undoing it does, which is why only threads and
-processes that are rldbg's alone are lowered.
+one's own nice value needs no privilege; undoing it does, which is why only threads that are
+rldbg's alone are lowered.
 """
 from __future__ import annotations
 
@@ -34,21 +33,3 @@ def lower_this_thread() -> bool:
         return True
     except (AttributeError, OSError):
         return False
-
-
-def lower_this_process() -> int:
-    """Every thread of this process (Ray's own ones, started before our code ran, included) to
-    nice NICE, and so every thread started later, which inherits it; how many were lowered.
-    Only for a process that is rldbg's alone: the collector actor."""
-    n = 0
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return int(lower_this_thread())
-    for tid in tids:
-        try:
-            os.setpriority(os.PRIO_PROCESS, int(tid), NICE)
-            n += 1
-        except (OSError, ValueError):
-            pass   # a thread that ended meanwhile
-    return n

@@ -19,10 +19,9 @@ from __future__ import annotations
 import time
 from collections import deque
 
-CONNECT_SAMPLES = 5     # round trips at connect: the first on a fresh actor path is slow
+CONNECT_SAMPLES = 5     # round trips at connect: the first on a fresh connection is slow
 SYNC_S = 5.0            # then one round trip this often, from the flusher thread
 KEEP = 8                # the best of the last KEEP samples is the estimate
-TIMEOUT_S = 2.0         # a collector too busy to answer within this gives no sample
 
 # Batch meta keys (recorder.Shipper writes them, export reads them).
 OFFSET, RTT = "clock_offset_ns", "clock_rtt_ns"
@@ -35,29 +34,28 @@ class ClockSync:
         self.samples: deque = deque(maxlen=KEEP)   # (rtt_ns, offset_ns)
         self.last = 0.0                            # time.monotonic() of the last attempt
 
-    def sample(self, collector) -> bool:
-        """One round trip (blocks this thread up to TIMEOUT_S); False when it got no answer."""
-        import ray
+    def sample(self, link) -> bool:
+        """One round trip over the shipper's link (recorder.py); False when it got no answer."""
         self.last = time.monotonic()
         t0 = time.time_ns()
         try:
-            t1, t2 = ray.get(collector.clock.remote(), timeout=TIMEOUT_S)
+            t1, t2 = link.clock()
         except Exception:
             return False
         t3 = time.time_ns()
         self.samples.append(((t3 - t0) - (t2 - t1), ((t1 - t0) + (t2 - t3)) // 2))
         return True
 
-    def sync(self, collector, n: int = 1) -> None:
+    def sync(self, link, n: int = 1) -> None:
         for _ in range(n):
-            if not self.sample(collector):
+            if not self.sample(link):
                 break
 
     def due(self) -> bool:
         return time.monotonic() - self.last >= SYNC_S
 
     def reset(self) -> None:
-        """A new collector (restarted elsewhere): earlier samples measured another path."""
+        """A new connection: earlier samples measured another path."""
         self.samples.clear()
         self.last = 0.0
 

@@ -1,58 +1,63 @@
 """The collector: the one store every process ships its events to.
 
-A Ray actor named f"{NAME_PREFIX}{job_id}" in namespace NAMESPACE, pinned to the driver's node
-(it writes the spill directory there). Each batch is persisted on arrival and the newest LIVE_KEEP
-events are kept in memory, as whole batches, for live readers (the TUI): `events_since(cursor)`,
-`stats()`. Memory stays bounded under sustained load: older batches are only on disk.
+It lives in the driver: rldbg.trace.start() makes it and a listener (trace/server.py) that every
+other process of the job connects to over TCP; the driver's own events reach it in-process. Each
+batch is persisted on arrival and the newest LIVE_KEEP events are kept in memory, as whole
+batches, for live readers (the TUI): `events_since(cursor)`, `stats()`. Memory stays bounded
+under sustained load: older batches are only on disk. Every method takes the collector's lock:
+the listener's threads (one per connected process) and the driver's own calls share it.
 
 Losses: every batch carries its process's cumulative loss counts (see recorder.py) and whether it
 is the process's last (`final`). At close() the collector writes what the trace lost as events of
 its own (category "rldbg"): "events lost" on each affected process's track, "process stopped
 reporting" for a process that went silent without its final batch (a rank killed before its last
 flush: what it had not sent is unknown), and one "rldbg trace losses" summary on the driver track.
-If the collector itself died, the driver starts a new one on the same spill (resume=True) and
-passes the gap to close().
 """
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections import deque
 
-from rldbg.trace.background import lower_this_process
 from rldbg.trace.spill import SpillWriter, decode_events
 
-NAMESPACE = "rldbg"
-NAME_PREFIX = "rldbg-collector-"
 LIVE_KEEP = 250_000   # events kept in memory for live queries (the TUI joins 200k back); the spill keeps all
 LOSS_CAT = "rldbg"
 UNSHIPPED = "still buffered when the trace stopped"
 
 
-def collector_name(job_id: str) -> str:
-    return f"{NAME_PREFIX}{job_id}"
+def _locked(method):
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return call
 
 
 class Collector:
-    def __init__(self, spill_dir: str, meta: dict, resume: bool = False, background: bool = False):
-        if background:   # the collector's own process (the session passes it): see trace/background.py
-            lower_this_process()
+    def __init__(self, spill_dir: str, meta: dict):
+        self._lock = threading.RLock()
         self.meta = meta
-        self.writer = SpillWriter(spill_dir, meta, resume=resume)
+        self.writer = SpillWriter(spill_dir, meta)
         self.live: deque = deque()   # (cursor of first event, events)
         self.n_live = 0
         self.total = 0               # events ever received by this collector
         self.procs: dict = {}        # "host:pid" -> counts, identity, last seen, final
         self.last_ingest_ns = 0
 
+    @_locked
     def config(self) -> dict:
         return self.meta
 
+    @_locked
     def clock(self) -> tuple:
         """(receive, send) times on this clock: one round trip of a shipper's offset estimate
         (rldbg.trace.clock). The collector's clock is the trace's one clock."""
         t1 = time.time_ns()
         return t1, time.time_ns()
 
+    @_locked
     def ingest(self, meta: dict, events) -> int:
         """One batch: `events` is a list of events, or (what shippers send) the msgpack array of
         them as bytes (rldbg.trace.spill) with the count in meta["n"], written to the spill as is."""
@@ -62,6 +67,8 @@ class Collector:
                 self.procs[key]["told_closed"] = True
             return -1                # recorder.CLOSED: the sender goes quiet
         raw = isinstance(events, (bytes, bytearray))
+        if raw and not events:   # a heartbeat: no events, nothing packed
+            events, raw = [], False
         n = int(meta.get("n", 0)) if raw else len(events)
         p = self.procs.setdefault(key, {"events": 0, "batches": 0, "dropped": 0, "lost": {}})
         changed = meta.get("lost") != p["lost"] or meta.get("final")
@@ -89,6 +96,7 @@ class Collector:
             self.last_ingest_ns = time.time_ns()
         return n
 
+    @_locked
     def events_since(self, cursor: int = 0, limit: int = 50_000) -> tuple[int, list]:
         """Events after `cursor` (a count of events ever received) and the cursor to pass next."""
         out = []
@@ -106,19 +114,22 @@ class Collector:
                 break
         return cursor, out
 
+    @_locked
     def all_told_closed(self, silent: list) -> bool:
         """Every process still running has heard that this trace is over (so it detaches at once
         and a later trace finds it free), the silent ones aside."""
         gone = {s["process"] for s in silent}
         return all(p.get("final") or p.get("told_closed") or k in gone for k, p in self.procs.items())
 
+    @_locked
     def stats(self) -> dict:
         return {"events": self.total, "processes": dict(self.procs),
                 "dropped": sum(p["dropped"] for p in self.procs.values()),
                 "last_ingest_ns": self.last_ingest_ns, "spill_dir": self.writer.dir}
 
-    def losses(self, silent_after_ns: int, gaps=()) -> dict:
-        """What the trace lost: {"total", "by_cause", "processes": {key: {...}}, "silent": [...], "gaps"}.
+    @_locked
+    def losses(self, silent_after_ns: int) -> dict:
+        """What the trace lost: {"total", "by_cause", "processes": {key: {...}}, "silent": [...]}.
         A process is silent when its last batch is older than `silent_after_ns` and was not final."""
         by_cause: dict = {}
         procs, silent = {}, []
@@ -135,12 +146,14 @@ class Collector:
             if not p.get("final") and p.get("last_seen_ns", 0) < silent_after_ns:
                 silent.append(dict(who, last_seen_ns=p.get("last_seen_ns", 0)))
         return {"total": sum(by_cause.values()), "by_cause": by_cause, "processes": procs,
-                "silent": silent, "gaps": list(gaps)}
+                "silent": silent}
 
-    def close(self, silent_after_ns: int = 0, gaps=()) -> dict:
-        """Write the loss records, close the spill; returns stats() with "losses"."""
+    @_locked
+    def close(self, silent_after_ns: int = 0) -> dict:
+        """Write the loss records, close the spill; returns stats() with "losses". Called again
+        after that: {"told_closed"} (all_told_closed)."""
         if self.writer.f is not None:
-            losses = self.losses(silent_after_ns, gaps)
+            losses = self.losses(silent_after_ns)
             evs = self._loss_events(losses)
             if evs:
                 self.writer.write({"pid": "rldbg", "host": "collector", "dropped": 0, "events": evs})
@@ -165,11 +178,8 @@ class Collector:
         for s in losses["silent"]:
             instant("process stopped reporting", s["last_seen_ns"], s["role"], s["rank"],
                     {"process": s["process"], "unsent_events": "unknown: it ended before its last flush"})
-        for g in losses["gaps"]:
-            instant("collector restarted", g.get("restarted_ns"), "driver", 0, dict(g))
-        if losses["total"] or losses["silent"] or losses["gaps"]:
+        if losses["total"] or losses["silent"]:
             instant("rldbg trace losses", now, "driver", 0,
                     {"total_lost": losses["total"], "by_cause": losses["by_cause"],
-                     "processes_lost": sorted(losses["processes"]), "silent": [s["process"] for s in losses["silent"]],
-                     "collector_restarts": len(losses["gaps"])})
+                     "processes_lost": sorted(losses["processes"]), "silent": [s["process"] for s in losses["silent"]]})
         return evs

@@ -1,6 +1,7 @@
 """Process-local tracing state: is tracing on here, the recorder, and finding the collector.
 
-Discovery: a process is traced once it has found the collector actor. Workers look it up once in
+Discovery: a process is traced once it has connected to the collector, whose address the driver
+publishes in the cluster's KV store under the job's id (trace/address.py). Workers look it up once in
 instrument.set_worker_identity; a CallTag from a traced driver carries traced=True, so a worker
 created before tracing started looks again on its first traced call (at most once a second;
 untagged calls re-check every RECHECK_S); plain Ray code looks it up on its first rldbg.span /
@@ -12,6 +13,11 @@ import threading
 import time
 
 from rldbg.fastpath import C
+# Imported with this module, not when tracing starts: a Ray job's driver starts tracing right as
+# the job begins, which is when every other node's runtime-env agent unpacks the job's working
+# directory; on nodes sharing one machine (ray.cluster_utils, `ray start` twice) that replaces the
+# directory the driver imports from for a moment, and a lazy import there failed.
+from rldbg.memory.sampler import start_sampler
 from rldbg.trace.recorder import Recorder, Shipper
 
 RECHECK_S = 10.0
@@ -45,17 +51,17 @@ def emit(ev: tuple) -> None:
         rec.emit(ev)
 
 
-def attach(collector, config: dict, is_driver: bool = False, relookup=None) -> None:
-    """Turn recording on in this process, shipping to `collector`. `relookup` finds the collector
-    again after it died (the driver passes one that restarts it)."""
-    from rldbg.memory.sampler import start_sampler
+def attach(link, config: dict, is_driver: bool = False) -> None:
+    """Turn recording on in this process, shipping over `link` (recorder.Shipper says what a link
+    is). A worker connects again by itself when its link breaks; the driver's link is in-process."""
     with _lock:
         if STATE.on:
+            link.close()   # another thread attached first: its link is the one in use
             return
         STATE.recorder = Recorder(int(config.get("buffer_events", 1 << 20)))
-        STATE.shipper = Shipper(STATE.recorder, collector, float(config.get("flush_interval", 0.1)),
+        STATE.shipper = Shipper(STATE.recorder, link, float(config.get("flush_interval", 0.1)),
                                 on_gone=None if is_driver else _collector_gone,
-                                relookup=relookup or (lambda: _same_session(config)), node=_node())
+                                relookup=None if is_driver else (lambda: _same_session(config)), node=_node())
         STATE.config, STATE.is_driver = config, is_driver
         STATE.sampler = start_sampler(float(config.get("memory_hz", 0.0)), emit)
         STATE.on = True
@@ -94,18 +100,23 @@ def _collector_gone() -> None:
 
 
 def _same_session(config: dict):
-    """The collector of this trace session again (restarted by the driver after it died), or None;
-    a collector of a later session is not ours: our losses belong to the trace that lost them."""
-    import ray
-    from rldbg.trace.collector import NAMESPACE, collector_name
+    """A new connection to the collector of this trace session, or None; a collector of a later
+    session is not ours: our losses belong to the trace that lost them."""
+    from rldbg.trace import address
+    from rldbg.trace.recorder import OTHER_SESSION
     try:
-        handle = ray.get_actor(collector_name(config.get("job_id") or ray.get_runtime_context().get_job_id()),
-                               namespace=NAMESPACE)
-        other = ray.get(handle.config.remote(), timeout=5)
+        import ray
+        entry = address.find(config.get("job_id") or ray.get_runtime_context().get_job_id())
     except Exception:
         return None
-    from rldbg.trace.recorder import OTHER_SESSION
-    return handle if other.get("origin_ns") == config.get("origin_ns") else OTHER_SESSION
+    if entry is None:
+        return None
+    if entry.get("origin_ns") != config.get("origin_ns"):
+        return OTHER_SESSION
+    try:
+        return address.connect(entry)
+    except Exception:
+        return None
 
 
 def flush(block: bool = False) -> None:
@@ -134,10 +145,12 @@ def lookup(force: bool = False, recheck_s: float = RECHECK_S, session: int = 0) 
         import ray
         if not ray.is_initialized():
             return False
-        from rldbg.trace.collector import NAMESPACE, collector_name
-        handle = ray.get_actor(collector_name(ray.get_runtime_context().get_job_id()), namespace=NAMESPACE)
-        config = ray.get(handle.config.remote(), timeout=10)
+        from rldbg.trace import address
+        entry = address.find(ray.get_runtime_context().get_job_id())
+        if entry is None:
+            return False
+        link = address.connect(entry)
     except Exception:
         return False
-    attach(handle, config)
+    attach(link, link.config)
     return True

@@ -5,8 +5,9 @@
     path = rldbg.trace.stop()                                # flushes, exports, returns the trace path
 or  with rldbg.trace.tracing("runs/trace.json.gz"): ...
 
-start() creates the collector actor (named after the job, see collector.py) and turns recording on
-in the driver; workers find the collector by name (runtime.lookup). Events are spilled to
+start() creates the collector in this process with a listener for the job's other processes
+(trace/server.py), publishes where it listens (trace/address.py) and turns recording on in the
+driver; workers find the collector through the job's id (runtime.lookup). Events are spilled to
 `<trace path without .json[.gz]>.spill/` as they arrive, so a crash leaves a spill that
 `rldbg export SPILL_DIR -o trace.json` turns into a trace.
 """
@@ -19,8 +20,9 @@ import os
 import socket
 import time
 
-from rldbg.trace import runtime
-from rldbg.trace.collector import NAMESPACE, Collector, collector_name
+from rldbg.trace import address, runtime
+from rldbg.trace.collector import Collector
+from rldbg.trace.server import CollectorServer, LocalLink, listen_host, new_token
 
 _session: dict = {}
 _atexit_registered = False
@@ -53,7 +55,6 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
     import ray
     if not ray.is_initialized():
         raise RuntimeError("rldbg.trace.start() needs Ray: call ray.init() first")
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     path = os.path.abspath(path)
     spill = spill_dir_for(path)
@@ -63,53 +64,26 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
     config = {"origin_ns": time.time_ns(), "job_id": job, "memory_hz": float(memory_hz),
               "buffer_events": int(buffer_events), "flush_interval": float(flush_interval), "trace_path": path,
               "driver_pid": os.getpid(), "host": socket.gethostname()}
-    collector = _new_collector(ray, spill, config, resume=False)
-    _session.update(path=path, spill=spill, collector=collector, config=config, profile_dir=profile_dir,
-                    gaps=[], node=ctx.get_node_id())
+    collector = Collector(spill, config)
+    server = None
+    try:
+        server = CollectorServer(collector, listen_host(ray.util.get_node_ip_address()), new_token())
+        address.publish(job, {"address": server.address, "token": server.token, "origin_ns": config["origin_ns"],
+                              "trace_path": path, "spill_dir": spill, "driver_pid": os.getpid(),
+                              "host": config["host"]})
+    except BaseException:
+        if server is not None:
+            server.close()
+        collector.close()
+        raise
+    _session.update(path=path, spill=spill, collector=collector, server=server, config=config,
+                    profile_dir=profile_dir, node=ctx.get_node_id())
     runtime.STATE.looked_up = False
-    runtime.attach(collector, config, is_driver=True, relookup=_revive)
+    runtime.attach(LocalLink(collector), config, is_driver=True)
     if not _atexit_registered:
         atexit.register(_at_exit)
         _atexit_registered = True
     return spill
-
-
-def _new_collector(ray, spill: str, config: dict, resume: bool):
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    from rldbg.own_actors import own_actor_class
-    actor_cls = own_actor_class(ray, Collector)
-    collector = actor_cls.options(
-        name=collector_name(config["job_id"]), namespace=NAMESPACE, lifetime=None,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-    ).remote(spill, config, resume, background=True)
-    ray.get(collector.config.remote())   # fail here, not in the first batch, if it cannot start
-    return collector
-
-
-def _revive():
-    """The collector died mid-run (the driver's shipper saw a batch fail): start a new one on the
-    same spill, same session, so every process ships again and reports what it lost meanwhile."""
-    import ray
-    if not _session:
-        return None
-    died = time.time_ns()
-    try:
-        ray.get(_session["collector"].config.remote(), timeout=5)
-        return _session["collector"]      # alive after all
-    except Exception:
-        pass
-    try:
-        # A process killed under Ray keeps its actor's name until Ray is told it is dead.
-        ray.kill(_session["collector"], no_restart=True)
-        _wait_name_released(ray, _session["config"]["job_id"], timeout=5.0)
-        collector = _new_collector(ray, _session["spill"], _session["config"], resume=True)
-    except Exception:
-        return None   # the old name is not released yet: the shipper asks again shortly
-    _session["collector"] = collector
-    _session["gaps"].append({"detected_ns": died, "restarted_ns": time.time_ns(),
-                             "note": "the collector died; events in flight or sent meanwhile are counted "
-                                     "as lost by the process that sent them"})
-    return collector
 
 
 def check_path_free(path: str) -> None:
@@ -145,24 +119,21 @@ def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
     global _last_losses
     if not _session:
         return None
-    import ray
     path, spill = _session["path"], _session["spill"]
     profile_dir = _session.get("profile_dir")
     interval = _session["config"]["flush_interval"]
+    collector, server = _session["collector"], _session["server"]
     _last_losses = None
     try:
         asked = time.time_ns()
         hard_deadline = time.monotonic() + MAX_SETTLE_S
         runtime.detach(flush=True)
-        collector = _session["collector"]
-        if not _alive(ray, collector):
-            collector = _revive() or collector   # the final batches and loss counts need somewhere to go
         # Every live process ships (or heartbeats) each interval: wait until each has reported
         # since we asked; one that stays silent has died with its unsent events.
         deadline = time.monotonic() + max(settle_s, 2.5 * interval)
         backlog = None
         while time.monotonic() < deadline:
-            procs = ray.get(collector.stats.remote(), timeout=10)["processes"]
+            procs = collector.stats()["processes"]
             if all(p.get("final") or (p.get("last_seen_ns", 0) > asked and not p.get("pending"))
                    for p in procs.values()):
                 break
@@ -172,20 +143,16 @@ def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
                 deadline = max(deadline, min(time.monotonic() + 1.0, hard_deadline))
             backlog = left
             time.sleep(min(interval, 0.2))
-        closed = ray.get(collector.close.remote(asked, _session["gaps"]), timeout=30)
-        _last_losses = closed.get("losses")
-        # Before the collector goes: each live process's next heartbeat hears "closed" and detaches
+        _last_losses = collector.close(asked).get("losses")
+        # Before the listener goes: each live process's next heartbeat hears "closed" and detaches
         # at once, so the first events of a later trace are not spent on this one.
         until = time.monotonic() + interval + 0.5
-        while time.monotonic() < until and not ray.get(collector.close.remote(), timeout=10).get("told_closed"):
+        while time.monotonic() < until and not collector.close().get("told_closed"):
             time.sleep(min(interval, 0.1))
-        ray.kill(collector)
-        _wait_name_released(ray, _session["config"]["job_id"])
-    except Exception as e:
-        # Ray is gone under us: the spill is what counts; say that losses could not be counted.
-        _last_losses = {"total": 0, "by_cause": {}, "processes": {}, "silent": [], "gaps": [],
-                        "unknown": f"the collector could not be asked ({type(e).__name__})"}
     finally:
+        address.withdraw(_session["config"]["job_id"])
+        server.close()
+        collector.close()   # closes the spill if the wait above was cut short
         _session.clear()
     if not export:
         return spill
@@ -194,16 +161,8 @@ def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
     return path
 
 
-def _alive(ray, collector) -> bool:
-    try:
-        ray.get(collector.config.remote(), timeout=5)
-        return True
-    except Exception:
-        return False
-
-
 def last_losses() -> dict | None:
-    """What the last stop()'s trace lost: {"total", "by_cause", "processes", "silent", "gaps"}."""
+    """What the last stop()'s trace lost: {"total", "by_cause", "processes", "silent"}."""
     return _last_losses
 
 
@@ -213,13 +172,9 @@ def loss_line(path: str) -> str:
     parts = []
     if lo.get("by_cause"):
         parts.append(", ".join(f"{n} {cause}" for cause, n in sorted(lo["by_cause"].items())))
-    if lo.get("gaps"):
-        parts.append(f"collector died and was restarted {len(lo['gaps'])}x")
     for s in lo.get("silent", ()):
         who = f"{s['role']} rank {s['rank']}" if s.get("role") else s["process"]
         parts.append(f"{who} ({s['process']}) stopped reporting: its unsent events are unknown")
-    if lo.get("unknown"):
-        parts.append(lo["unknown"])
     if not parts:
         return f"trace written to {path}"
     return f"trace written with {lo.get('total', 0)} events lost ({'; '.join(parts)}) to {path}"
@@ -247,19 +202,8 @@ def tracing(path: str = "rldbg-trace.json.gz", **kwargs):
         stop()
 
 
-def _wait_name_released(ray, job_id: str, timeout: float = 10.0) -> None:
-    # ray.kill is asynchronous; a start() right after must not find the name still taken.
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor(collector_name(job_id), namespace=NAMESPACE)
-        except ValueError:
-            return
-        time.sleep(0.05)
-
-
 def collector_handle():
-    """The live collector of this session (for the TUI), or None."""
+    """The live collector of this session, in this process (its methods are thread-safe), or None."""
     return _session.get("collector")
 
 

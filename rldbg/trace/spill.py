@@ -12,7 +12,7 @@ rldbg.trace.clock). events: [[ph, cat, name, ts, dur, role, rank, step, method, 
 (rldbg.trace.events), packed by the shipping process and written by the collector as is. crc32
 covers meta then events. 0xc1 is a byte msgpack never uses, so a reader that lost its place
 resynchronises on the next MAGIC. A new trace starts a fresh spill (old event files are removed,
-never appended to); a collector restarted after it died resumes with the next file.
+never appended to).
 
 Reading is damage-tolerant: a torn last record, garbage, a record whose checksum or msgpack does
 not hold, or a malformed event is skipped and, when a `damage` list is passed, recorded there as
@@ -322,16 +322,11 @@ class SpillWriter:
 
     ROTATE = 64 * 1024 * 1024
 
-    def __init__(self, spill_dir: str, meta: dict, resume: bool = False):
+    def __init__(self, spill_dir: str, meta: dict):
         os.makedirs(spill_dir, exist_ok=True)
         self.dir, self.n, self.f = spill_dir, 0, None
-        existing = _files(spill_dir, EXT)
-        if resume:
-            # A restarted collector: keep what the dead one wrote, continue in the next file.
-            self.n = int(os.path.basename(existing[-1])[len("events-"):-len(EXT)]) if existing else 0
-        else:
-            for p in existing + _files(spill_dir, OLD_EXT):   # a new trace never appends to an old one
-                os.remove(p)
+        for p in _files(spill_dir, EXT) + _files(spill_dir, OLD_EXT):   # a new trace never appends to an old one
+            os.remove(p)
         with open(meta_path(spill_dir), "w") as f:
             json.dump(meta, f)
         self._open()

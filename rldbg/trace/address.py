@@ -1,0 +1,67 @@
+"""Where a job's trace collector listens, published in the Ray cluster's KV store.
+
+The driver's rldbg.trace.start() puts one entry under collector_name(job_id) in namespace
+NAMESPACE: {"address", "token", "origin_ns", "trace_path", "spill_dir", "driver_pid", "host"};
+stop() removes it. Every process of the job reads it to connect (trace/runtime.py), as do the
+hub and `rldbg export --address`. The token is readable by whoever can read the cluster's KV
+store, that is whoever can already run code on the cluster: it keeps out other jobs' stray
+processes and anything else that finds the port, not the cluster's own users.
+"""
+from __future__ import annotations
+
+import json
+
+NAMESPACE = "rldbg"
+NAME_PREFIX = "rldbg-collector-"
+
+
+def collector_name(job_id: str) -> str:
+    return f"{NAME_PREFIX}{job_id}"
+
+
+def publish(job_id: str, entry: dict) -> None:
+    from ray.experimental import internal_kv
+    internal_kv._internal_kv_put(collector_name(job_id), json.dumps(entry), overwrite=True, namespace=NAMESPACE)
+
+
+def withdraw(job_id: str) -> None:
+    from ray.experimental import internal_kv
+    try:
+        internal_kv._internal_kv_del(collector_name(job_id), namespace=NAMESPACE)
+    except Exception:   # Ray already shut down: nothing left to find it anyway
+        pass
+
+
+def find(job_id: str) -> dict | None:
+    """This job's entry, or None when it is not traced (any process connected to Ray)."""
+    from ray.experimental import internal_kv
+    raw = internal_kv._internal_kv_get(collector_name(job_id), namespace=NAMESPACE)
+    return _entry(raw)
+
+
+def find_all() -> dict:
+    """{collector name: entry} of every traced job on the cluster."""
+    from ray.experimental import internal_kv
+    out = {}
+    for key in internal_kv._internal_kv_list(NAME_PREFIX, namespace=NAMESPACE) or ():
+        name = key.decode() if isinstance(key, bytes) else key
+        entry = _entry(internal_kv._internal_kv_get(name, namespace=NAMESPACE))
+        if entry is not None:
+            out[name] = entry
+    return out
+
+
+def _entry(raw) -> dict | None:
+    if not raw:
+        return None
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) and entry.get("address") and entry.get("token") else None
+
+
+def connect(entry: dict, **kw):
+    """A wire.Connection to the collector an entry names (wire.WireError when it cannot)."""
+    from rldbg.trace.wire import Connection
+    return Connection(entry["address"], entry["token"], **kw)

@@ -1,0 +1,167 @@
+"""The collector's listener in the driver: every other process of the job ships to it over TCP.
+
+Why not a Ray actor (what the collector was until stop 31): an actor is a process of its own that
+Ray wakes 100 times a second to check for signals whatever it does (~1 ms of CPU a 200 ms demo
+step on a small VM, measured), and every batch was a Ray task (a submission, a reply, a reaping
+ray.wait: about 1 ms of CPU across threads here). In the driver, the collector costs a thread
+blocked in accept() and one blocked in recv() per connected process: nothing while idle.
+
+Where it listens: on the driver node's Ray address (127.0.0.1 when Ray runs on loopback, as in a
+one-machine run), so a worker on any node of the cluster reaches it where it reaches Ray itself;
+RLDBG_TRACE_HOST overrides that. A random port; a connection must first present the session's
+token (32 random bytes, published with the address in the cluster's KV store, trace/address.py).
+What it accepts is trace batches and read-only queries (config, stats, live events, clock
+samples), msgpack only: nothing received is unpickled or executed. It dies with the driver;
+the spill on disk is what survives a crash (`rldbg export SPILL_DIR`).
+
+Each connection's thread runs at nice 19 like the rest of tracing's background work
+(trace/background.py), and is hidden from debugpy so that pausing the driver in a debugger does
+not pause the collection of every other process's events.
+"""
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+import socket
+import threading
+
+from rldbg.trace import wire
+from rldbg.trace.background import lower_this_thread
+
+HOST_ENV = "RLDBG_TRACE_HOST"   # the address the collector listens on (default: the driver node's Ray IP)
+HELLO_TIMEOUT_S = 10.0          # a peer that connects and says nothing is dropped after this
+QUERIES = ("ingest", "clock", "config", "stats", "events_since")   # what a peer may ask
+
+
+def new_token() -> str:
+    return secrets.token_hex(32)
+
+
+def _hide_from_debugger(thread: threading.Thread) -> None:
+    # pydevd (debugpy) neither traces nor suspends threads marked so.
+    thread.pydev_do_not_trace = True
+    thread.is_pydev_daemon_thread = True
+
+
+class CollectorServer:
+    def __init__(self, collector, host: str, token: str):
+        self.collector, self.token = collector, token
+        self.sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        port = self.sock.getsockname()[1]
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._conns: set = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread = self._start(self._accept, "rldbg-collector-accept")
+
+    def _start(self, target, name: str, *args) -> threading.Thread:
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        _hide_from_debugger(t)
+        t.start()
+        return t
+
+    def _accept(self) -> None:
+        lower_this_thread()
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return   # closed
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    return
+                self._conns.add(conn)
+            self._start(self._serve, "rldbg-collector-conn", conn)
+
+    def _serve(self, conn: socket.socket) -> None:
+        lower_this_thread()
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.settimeout(HELLO_TIMEOUT_S)
+            got = wire.receive(conn, first=True)
+            if got is None:
+                return
+            head = got[0]
+            if not (isinstance(head, list) and len(head) == 2 and head[0] == "hello" and isinstance(head[1], str)
+                    and hmac.compare_digest(head[1], self.token)):
+                wire.send(conn, [False, "a wrong token: this is not the trace of your job's session"])
+                return
+            wire.send(conn, [True, self.collector.config()])
+            conn.settimeout(None)   # a process may go quiet for a long time; it is not polled
+            while True:
+                got = wire.receive(conn, first=True)
+                if got is None:
+                    return
+                wire.send(conn, self._answer(*got))
+        except (OSError, wire.WireError, ValueError):
+            return   # a broken peer ends only its own connection
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+            conn.close()
+
+    def _answer(self, head, body: bytes) -> list:
+        if not (isinstance(head, list) and head and head[0] in QUERIES):
+            return [False, f"unknown request {head!r:.60}; accepted: {', '.join(QUERIES)}"]
+        op, args = head[0], head[1:]
+        try:
+            if op == "ingest":
+                return [True, self.collector.ingest(args[0], body)]
+            return [True, getattr(self.collector, op)(*args)]
+        except Exception as e:   # a malformed request: say so; the collector's state is its own
+            return [False, f"{type(e).__name__}: {e}"]
+
+    def connected(self) -> int:
+        """How many processes are connected now."""
+        with self._lock:
+            return len(self._conns)
+
+    def drop_connections(self) -> int:
+        """Hang up on every connected process (they reconnect on their next round); how many.
+        What a network failure does to a run, on purpose: tests/test_faults.py."""
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return len(conns)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)   # wakes the accept() blocked in its thread (Linux)
+        except OSError:
+            pass
+        self.sock.close()
+        self.drop_connections()
+        self._thread.join(timeout=2)
+
+
+class LocalLink:
+    """The driver's own shipper's link to the collector: the same two calls as a wire.Connection,
+    made in-process."""
+
+    def __init__(self, collector):
+        self.collector = collector
+
+    def ingest(self, meta: dict, payload: bytes) -> int:
+        return self.collector.ingest(meta, payload)
+
+    def clock(self) -> tuple:
+        return self.collector.clock()
+
+    def settimeout(self, seconds: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def listen_host(ray_node_ip: str | None) -> str:
+    """Where the collector listens: RLDBG_TRACE_HOST, else the driver node's Ray IP, else loopback."""
+    return os.environ.get(HOST_ENV) or ray_node_ip or "127.0.0.1"
