@@ -181,6 +181,17 @@ def test_a_stranger_at_the_collectors_port_is_turned_away_and_the_run_goes_on(ra
     ray.kill(w)
 
 
+def test_a_collector_address_this_machine_does_not_have_is_one_line_and_nothing_starts(ray_cluster, tmp_path,
+                                                                                       monkeypatch):
+    monkeypatch.setenv("RLDBG_TRACE_HOST", "192.0.2.1")   # TEST-NET-1: never an address of this machine
+    with pytest.raises(RuntimeError, match=r"cannot listen on '192\.0\.2\.1' .*set RLDBG_TRACE_HOST"):
+        rldbg.trace.start(str(tmp_path / "h.json"))
+    assert rldbg.trace.collector_handle() is None
+    monkeypatch.delenv("RLDBG_TRACE_HOST")
+    rldbg.trace.start(str(tmp_path / "h.json"))   # the same path, now on the default address
+    assert rldbg.trace.stop(export=False) == str(tmp_path / "h.spill")
+
+
 def test_export_by_address_finds_the_running_jobs_spill_from_another_shell(ray_cluster, tmp_path):
     """`rldbg export --address` from a second process while the job runs: the collector's entry in
     the cluster's KV store names the spill, which is exported as far as it has been written; a

@@ -47,7 +47,11 @@ def _hide_from_debugger(thread: threading.Thread) -> None:
 class CollectorServer:
     def __init__(self, collector, host: str, token: str):
         self.collector, self.token = collector, token
-        self.sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        try:
+            self.sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        except (OSError, ValueError) as e:
+            raise RuntimeError(f"rldbg.trace: the trace collector cannot listen on {host!r} ({e}); set {HOST_ENV} "
+                               "to an address of this machine that every node of the cluster reaches") from None
         port = self.sock.getsockname()[1]
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._conns: set = set()
