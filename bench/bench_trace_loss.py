@@ -3,8 +3,8 @@
 1. burst: one actor records 200,000 events at once into a 1M-event buffer; prints how many reach
    the spill, how many are counted lost (goal: all shipped, 0 lost) and how long shipping took.
 2. sustained: --producers actors each record --rate events/s for --seconds (default 2 × 60k/s for
-   25 s = 3M events); prints the collector's peak RSS while they run (goal: bounded, not growing
-   with the run), the events shipped and counted lost, and how long rldbg.trace.stop() takes
+   25 s = 3M events); prints the driver's RSS while they run, where the collector lives, beside
+   its RSS before they started (goal: bounded, not growing with the run), the events shipped and counted lost, and how long rldbg.trace.stop() takes
    without the export (goal ≤ 5 s) and the export after it.
 Runs its own loopback Ray cluster (4 CPUs).
 """
@@ -82,6 +82,7 @@ def main() -> None:
         path = os.path.join(tmp, "sustained.json.gz")
         spill = rldbg.trace.start(path, memory_hz=0, buffer_events=1 << 20, flush_interval=1.0)
         cpid = os.getpid()   # the collector lives in the driver (trace/server.py)
+        base = _rss(cpid)
         ps = [Producer.remote(r) for r in range(a.producers)]
         peak, samples, stop = [0], [], threading.Event()
 
@@ -106,7 +107,8 @@ def main() -> None:
         half = samples[len(samples) // 2] if samples else 0
         print(f"sustained: {a.producers} x {a.rate}/s for {a.seconds:g} s = {recorded} recorded, "
               f"{_count(spill)} shipped, {lo['total']} counted lost {lo['by_cause'] or ''}")
-        print(f"  collector RSS: peak {peak[0] / 2**20:.0f} MiB, at mid-run {half / 2**20:.0f} MiB, "
+        print(f"  the driver's RSS (the collector's home): {base / 2**20:.0f} MiB before the producers, "
+              f"peak {peak[0] / 2**20:.0f} MiB, at mid-run {half / 2**20:.0f} MiB, "
               f"at the end {(samples[-1] if samples else 0) / 2**20:.0f} MiB")
         print(f"  stop(export=False): {t_stop:.2f} s (goal <= 5 s); export of the spill: {t_export:.1f} s")
     finally:
