@@ -12,7 +12,7 @@ The same steps are also taken as pairs, each traced block beside the untraced bl
 
 `--aa` runs the same alternation with neither side traced: its ratios are this machine's noise
 alone, the resolution a run of that length has (on a 2-core VM about ±2.5% for 40 rounds, wider
-than the 1% goal). Each block also reports how long the training processes' main threads waited
+than the 1% goal; about ±1.5% for 120 rounds). Each block also reports how long the training processes' main threads waited
 for a core, and tracing's own CPU measured on its threads (bench/tracing_threads.py), which
 resolves where the step ratio cannot.
 

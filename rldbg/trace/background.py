@@ -13,8 +13,9 @@ there the scheduler weighs the two 15 : 36; a driver keeps its shell's nice 0, 1
 kernel can then leave the core to training and run rldbg's work when a core is idle (a
 synchronous RL step leaves idle time on every core). Nor is that work starved: next to one busy
 training thread its weight still entitles it to 30% of a core (nice 15) or 1.5% (nice 0), more
-than the ~1% rldbg uses. What this changes in a demo step is below what
-bench/bench_trace_overhead.py resolves on a 2-core VM (about ±2.5%, its A/A control). Raising
+than the 0.1–0.6% of the cores rldbg uses (bench/bench_trace_overhead.py's standing cost). What
+this changes in a demo step is below what that bench resolves on a 2-core VM (about ±1.5% in a
+120-round run, its A/A control). Raising
 one's own nice value needs no privilege; undoing it does, which is why only threads that are
 rldbg's alone are lowered.
 """
