@@ -99,8 +99,8 @@ class CollectorServer:
                 if got is None:
                     return
                 wire.send(conn, self._answer(*got))
-        except (OSError, wire.WireError, ValueError):
-            return   # a broken peer ends only its own connection
+        except Exception:   # noqa: BLE001 - a broken or hostile peer ends only its own connection
+            return
         finally:
             with self._lock:
                 self._conns.discard(conn)

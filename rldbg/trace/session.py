@@ -59,8 +59,7 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
     path = os.path.abspath(path)
     spill = spill_dir_for(path)
     _check_spill_free(spill)
-    ctx = ray.get_runtime_context()
-    job = ctx.get_job_id()
+    job = ray.get_runtime_context().get_job_id()
     config = {"origin_ns": time.time_ns(), "job_id": job, "memory_hz": float(memory_hz),
               "buffer_events": int(buffer_events), "flush_interval": float(flush_interval), "trace_path": path,
               "driver_pid": os.getpid(), "host": socket.gethostname()}
@@ -77,7 +76,7 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
         collector.close()
         raise
     _session.update(path=path, spill=spill, collector=collector, server=server, config=config,
-                    profile_dir=profile_dir, node=ctx.get_node_id())
+                    profile_dir=profile_dir)
     runtime.STATE.looked_up = False
     runtime.attach(LocalLink(collector), config, is_driver=True)
     if not _atexit_registered:
