@@ -282,7 +282,7 @@ def shipped_cost(n: int) -> dict:
             while len(shipper.clock.samples) < CONNECT_SAMPLES and time.monotonic() < t_wait:
                 time.sleep(0.05)
             time.sleep(0.5)
-            runtime.flush(block=True)
+            runtime.flush()
             before = collector.stats()["events"]
             # Ray's own threads use CPU in this process at rest (polling, heartbeats): measured
             # first, so that the figure can say how much of the process's CPU is not tracing's.
@@ -292,7 +292,7 @@ def shipped_cost(n: int) -> dict:
             c0, t0, th0 = time.process_time(), time.perf_counter(), time.thread_time()
             _spans(n)
             c1, t1, th1 = time.process_time(), time.perf_counter(), time.thread_time()
-            runtime.flush(block=True)
+            runtime.flush()
             c2, t2 = time.process_time(), time.perf_counter()
             _acknowledged(collector, before + n, t0)
             wall = time.perf_counter() - t0
@@ -304,14 +304,14 @@ def shipped_cost(n: int) -> dict:
 
             def rounds():
                 while not done.wait(0.1):
-                    runtime.flush(block=False)
+                    runtime.flush()
             shipping = threading.Thread(target=rounds, name="bench-flusher")
             c3 = time.process_time()
             shipping.start()
             _spans(n)
             done.set()
             shipping.join()
-            runtime.flush(block=True)
+            runtime.flush()
             steady = (time.process_time() - c3) / n * 1e9
             _acknowledged(collector, before + 2 * n, t3)
             session.stop(export=False)

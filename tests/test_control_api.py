@@ -131,7 +131,7 @@ def test_events_come_from_the_collector_and_export_snapshots_a_live_trace(hub, t
     rldbg.trace.start(str(trace), memory_hz=0)
     try:
         rldbg.instant("control-test-mark", answer=42)
-        runtime.flush(block=True)
+        runtime.flush()
         events, cursor, deadline = [], 0, time.monotonic() + 30
         while not any(e["name"] == "control-test-mark" for e in events):
             assert time.monotonic() < deadline, events

@@ -52,7 +52,7 @@ class Traced:
     def work(self) -> dict:
         with rldbg.span("work"):
             pass
-        runtime.flush(block=True)
+        runtime.flush()
         return settled()
 
 

@@ -186,10 +186,10 @@ class Shipper:
             self.clock.reset()
             self.clock.sync(self.link, CONNECT_SAMPLES)
 
-    def flush(self, block: bool = False, final: bool = False) -> None:
+    def flush(self, final: bool = False) -> None:
         """Ship what is buffered now (what is recorded meanwhile waits for the next round), then
-        a heartbeat if nothing else went (or `final`: this process's last word). `block` is
-        accepted for callers that want to be sure: every flush waits for its acknowledgements."""
+        a heartbeat if nothing else went (or `final`: this process's last word); each batch waits
+        for its acknowledgement."""
         with self._lock:
             try:
                 if self.gone:

@@ -119,9 +119,10 @@ def _same_session(config: dict):
         return None
 
 
-def flush(block: bool = False) -> None:
+def flush() -> None:
+    """Ship what this process has buffered now and wait for the collector's acknowledgement."""
     if STATE.shipper is not None:
-        STATE.shipper.flush(block=block)
+        STATE.shipper.flush()
 
 
 def lookup(force: bool = False, recheck_s: float = RECHECK_S, session: int = 0) -> bool:
