@@ -1,13 +1,7 @@
-"""Which implementation the hot paths run: the C one, built at install when a compiler is there,
-or the Python, which is always there and which C defers to for everything off its fast path.
-RLDBG_PURE_PYTHON=1 picks Python (to compare, or to rule C out). Three of them:
-
-C: the user API's recording (rldbg/_api_c.c; the Python is rldbg.api's); IMPLEMENTATION says
-which runs. CHROME: the exporter's per-event reading and formatting (rldbg/trace/_chrome_c.c; the
-Python is rldbg.trace.export's and chrome_text's); EXPORT_IMPLEMENTATION says which runs. LINES:
-`rldbg report`'s first look at a trace's lines (rldbg/trace/_lines_c.c; without it every event is
-parsed by orjson in rldbg.trace.load_pieces); READ_IMPLEMENTATION says which runs. Each is None
-when its extension is not built or is switched off.
+"""Which implementation the user API's recording runs (rldbg/_api_c.c, built at install when a
+compiler is there, or rldbg.api's Python, which C defers to for everything off its fast path).
+RLDBG_PURE_PYTHON=1 picks Python. C is None when the extension is not built or is switched off;
+IMPLEMENTATION says which runs.
 """
 from __future__ import annotations
 
@@ -23,22 +17,3 @@ if os.environ.get(PURE_PYTHON, "") in ("", "0"):
         C = None
 
 IMPLEMENTATION = "python" if C is None else "c"
-
-CHROME = None
-if C is not None:   # built and switched on together
-    try:
-        from rldbg.trace import _chrome_c as CHROME
-    except ImportError:
-        CHROME = None
-
-EXPORT_IMPLEMENTATION = "python" if CHROME is None else "c"
-
-
-LINES = None
-if C is not None:
-    try:
-        from rldbg.trace import _lines_c as LINES
-    except ImportError:
-        LINES = None
-
-READ_IMPLEMENTATION = "python" if LINES is None else "c"

@@ -23,7 +23,6 @@ from operator import itemgetter
 import orjson
 
 from rldbg.trace.events import INSTANT, SLICE
-from rldbg.trace.spill import decode_events
 
 dumps = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
 # The C encoder built once (JSONEncoder.encode builds one per call): the same output as dumps.
@@ -234,33 +233,6 @@ class Formatter:
                     f'"args":{head},"rank":{r},"role_served":{name(ro)}}}')   # r: an int (spill._check)
             fid = idx.bind_id(flow, ro, r)
             put(f'{line},"bind_id":{fid},"flow_in":true}}' if fid is not None else line + "}")
-
-    # ---- what the exporter's C (rldbg/trace/_chrome_c.c) asks of this Formatter: the text of a
-    # key it has not met (it caches the answer by the key's bytes), or a whole event's text ----
-
-    def _packed_prefix(self, pk) -> bytes:
-        """The text up to the ts digits of (ph, cat, name, role, rank), as UTF-8."""
-        return (self.prefixes.get(pk) or self._prefix(pk)).encode("utf-8", "replace")
-
-    def _packed_args(self, key) -> tuple:
-        """The layout's args of template key `key` as members ((name, its "name":value text as
-        UTF-8, False), ...) in their order; the step's is (b"step", b'"step":', True): the C
-        writes the event's step after it. Asked once per (ph, role, rank, method, cat being
-        "call", step being None): the members depend on nothing else."""
-        return tuple((b"step", b'"step":', True) if k == "step" and v is not None else
-                     (k.encode("utf-8", "replace"), args_json({k: v})[1:-1].encode("utf-8", "replace"), False)
-                     for k, v in self._layout_args(key).items())
-
-    def _packed_counter(self, key) -> bytes:
-        return (self.counters.get(key) or self._counter(key)).encode("utf-8", "replace")
-
-    def _packed_slot(self, role_rank):
-        """role/rank's place in bind ids (rldbg.trace.export._Index.bind_id), or None."""
-        return self.idx.slots.get(role_rank)
-
-    def _packed_fallback(self, raw: bytes, off: int) -> list:
-        """The texts of one packed event that needs more than templates and times."""
-        return self.batch((decode_events(raw, tuples=True),), off)
 
     def _name_json(self, v) -> str:
         """A method's or role's JSON (args_json's text), once per distinct string (only strings:

@@ -22,13 +22,12 @@ import sys
 from itertools import compress, repeat
 from operator import itemgetter
 
-from rldbg.fastpath import CHROME
 from rldbg.trace import export_jobs
 from rldbg.trace.chrome_text import Formatter, dumps, us
 from rldbg.trace.clock import batch_offset, uncertainty
 from rldbg.trace.events import DRIVER_CALL, SLICE
 from rldbg.trace.load import no_gc
-from rldbg.trace.spill import decode_checked, decode_meta, decode_record, iter_raw, read_meta
+from rldbg.trace.spill import iter_records, read_meta
 
 _CALL = "call"   # the category of a rank's slice serving a driver call, and of the driver call
 _PH, _CAT, _TS, _ROLE_RANK, _FLOW = itemgetter(0), itemgetter(1), itemgetter(3), itemgetter(5, 6), itemgetter(9)
@@ -57,7 +56,7 @@ class _Index:
         self.first: dict[str, int] = {}           # "host:pid" -> its earliest timestamp
         self.offsets: dict[str, int] = {}         # "host:pid" -> ns to add to its timestamps
         self.n = 0
-        self.kept: list | None = None   # pass 1's batches (decoded, or packed for the C), when few enough
+        self.kept: list | None = None   # pass 1's decoded batches, when few enough
         self.slots: dict[tuple, int] = {}         # (role, rank) -> its place in bind ids (finish())
         self.driver_flows: set = set()            # flows of the driver calls seen (pass 2 needs their rank_ends)
 
@@ -88,16 +87,6 @@ class _Index:
         self._learn(key, len(evs), min(map(_TS, evs)), dict.fromkeys(map(_ROLE_RANK, evs)),
                     [(ev[9], ev[5], ev[6], ev[3] + ev[4]) for ev in calls if ev[0] == SLICE and ev[9] is not None],
                     map(_FLOW, compress(calls, map(DRIVER_CALL.__eq__, map(_PH, calls)))))
-
-    def see_packed(self, meta: dict, got: tuple) -> None:
-        """One batch of pass 1 as rldbg/trace/_chrome_c.c's index_batch read it from its bytes:
-        (count, smallest ts, distinct (role, rank), call slices, driver call flows)."""
-        key = self.see_batch(meta)
-        n, ts, role_ranks, calls, flows = got
-        if n:
-            self._learn(key, n, ts, role_ranks, calls, flows)
-        if meta.get("dropped"):
-            self.drops[key] = [meta["dropped"], meta.get("t_sent", 0)]
 
     def _learn(self, key: str, n: int, ts: int, role_ranks, calls: list, driver_flows) -> None:
         self.n += n
@@ -202,26 +191,15 @@ KEEP_DECODED = 2_000_000   # events pass 1 keeps for pass 2 (decoded about 0.5 G
 def _index(spill_dir: str, align: bool = True, damage: list | None = None, pieces: list | None = None,
            keep: int = KEEP_DECODED) -> _Index:
     """Pass 1 over the spill, or over `pieces` of it (rldbg.trace.spill.split; then unfinished:
-    the caller merges the parts and finishes). A batch the C reads (rldbg.fastpath.CHROME) is
-    kept packed, its bytes, for pass 2; any other is decoded here, damage and all."""
+    the caller merges the parts and finishes). The decoded batches are kept for pass 2 up to
+    `keep` events; beyond, pass 2 reads the spill again."""
     idx = _Index(read_meta(spill_dir))
     kept: list | None = []
-    for path, at, mb, eb in iter_raw(spill_dir, damage, pieces):
-        meta = decode_meta(mb) if CHROME is not None else None
-        got = CHROME.index_batch(eb) if meta is not None else None
-        if got is not None:
-            idx.see_packed(meta, got)
-            evs, n = eb, got[0]
-        else:
-            rec = decode_record(path, at, mb, eb, damage, tuple)
-            if rec is None:
-                continue
-            meta, evs = rec
-            idx.see(meta, evs)
-            n = len(evs)
+    for meta, evs in iter_records(spill_dir, damage, tuples=True, pieces=pieces):
+        idx.see(meta, evs)
         if kept is not None:
             kept.append((meta, evs))
-            if idx.n + n > keep:
+            if idx.n > keep:
                 kept = None
     if pieces is None:
         idx.rank_ends = idx.ends_for(idx.driver_flows)
@@ -237,10 +215,8 @@ _WRITE_EVENTS = 512
 
 def write_events(f, idx: _Index, spill_dir: str, pieces: list | None = None) -> int:
     """Pass 2: the events of the spill (or of `pieces` of it) as JSON lines, each ending ",\n";
-    returns how many were written. A packed batch is written by the C (rldbg/trace/_chrome_c.c)
-    where it reads it, else decoded and formatted here: the text is the same."""
+    returns how many were written."""
     fmt, written = Formatter(idx), 0
-    packed = CHROME.Writer(fmt, len(idx.slots)) if CHROME is not None else None
     if idx.kept is not None:
         # Each kept batch let go of right after it is written: freed while still in the cache,
         # not a million cold events at the end.
@@ -248,37 +224,17 @@ def write_events(f, idx: _Index, spill_dir: str, pieces: list | None = None) -> 
         kept.reverse()
         batches = map(kept.pop, repeat(-1, len(kept)))
     else:
-        batches = _reread(spill_dir, pieces)
+        # What pass 1 found damaged it has recorded: nothing is recorded twice.
+        batches = iter_records(spill_dir, None, tuples=True, pieces=pieces)
     for meta, evs in batches:
         if not evs:
             continue
         off = idx.offsets.get(_key(meta), 0)
-        if type(evs) is memoryview:
-            n = packed.batch(evs, off, f.write) if packed is not None else None
-            if n is not None:
-                written += n
-                continue
-            evs = decode_checked("", 0, evs, None, tuple)   # not the C's to read: decoded here
-            if not evs:
-                continue
         parts = fmt.batch(evs, off)
         for i in range(0, len(parts), _WRITE_EVENTS):
             f.write((",\n".join(parts[i:i + _WRITE_EVENTS]) + ",\n").encode("utf-8", "replace"))
         written += len(parts)
     return written
-
-
-def _reread(spill_dir: str, pieces: list | None):
-    """Pass 2's batches when pass 1 could not keep them: packed for the C where it is there,
-    decoded otherwise (what pass 1 found damaged it has recorded; nothing is recorded twice)."""
-    for path, at, mb, eb in iter_raw(spill_dir, None, pieces):
-        meta = decode_meta(mb) if CHROME is not None else None
-        if meta is not None:
-            yield meta, eb
-            continue
-        rec = decode_record(path, at, mb, eb, None, tuple)
-        if rec is not None:
-            yield rec
 
 
 def _open(path: str):

@@ -15,26 +15,18 @@ gzip damage) is read whole by rldbg.trace.load's tolerant path, with the same no
 
 The sink: new() makes one; sink.add(by_phase) takes a piece's events ({ph: [events]});
 sink.spawn() makes one for later pieces that knows what the pieces so far taught (read in the
-other process); sink.merge(later) appends what such a sink took. Sinks must pickle. A sink with
-scan_rules() lets the C (rldbg.trace._lines_c, where built) take each line first as the sink
-would: the lines it would drop are skipped there, its counter samples and kept slices made
-there, and only the other lines are parsed into events. The C accepts a file exactly where the
-pieces parse, and otherwise answers that it is not in lines.
+other process); sink.merge(later) appends what such a sink took. Sinks must pickle.
 """
 from __future__ import annotations
 
-from rldbg import fastpath
 from rldbg.trace.forked import Forked, HelperLost
 from rldbg.trace.load import _load, _malformed, _read_bytes, no_gc, orjson, phases
 
 _PIECE = 1 << 18          # bytes of JSON text per piece
 _SIDE_BY_SIDE = 8 << 20   # a file at least this big is read by two processes when two cores are free
 # The forked helper's share of the file: less than half, since it also pickles what it read and
-# the parent unpickles it (together about a third of reading it, on a million events, in Python).
-# With the C reading lines, reading is three times cheaper and pickling is not, so the helper's
-# share is smaller, and the gain too: medians of 5 on a run's 1M events, 1.44 s at a quarter,
-# 1.49 s in one process, 1.72 s at 0.45.
-_HELPER_SHARE = {"python": 0.42, "c": 0.25}
+# the parent unpickles it (together about a third of reading it, on a million events).
+_HELPER_SHARE = 0.42
 
 
 class _NotInLines(Exception):
@@ -70,33 +62,19 @@ def _bounds(raw: bytes) -> tuple[int, int]:
     return begin, end
 
 
-def _pieces(raw: bytes, pos: int, end: int, rules: tuple | None = None, tail: bool = True):
-    """The event lists of raw[pos:end], a line-cut piece at a time (pos at a line's start); with
-    a sink's scan_rules(), only the events of the lines the C left to it, split by phase where
-    it found each of them valid (see the module's doc; tail: end is the array's end, where the
-    last event has no comma after it)."""
-    loads, scan = orjson.loads, fastpath.LINES.scan if rules and fastpath.LINES else None
-    last = end   # where the text before `end` ends: the piece reaching it holds the last event
-    while last > pos and raw[last - 1] in b" \t\r\n":
-        last -= 1
+def _pieces(raw: bytes, pos: int, end: int):
+    """The event lists of raw[pos:end], a line-cut piece at a time (pos at a line's start)."""
+    loads = orjson.loads
     while pos < end:
         cut = raw.find(b"\n", pos + _PIECE, end)
         cut = end if cut < 0 else cut
-        if scan is not None:
-            text = scan(raw, pos, cut, tail and cut >= last, *rules)
-            if text is None:
-                raise _NotInLines
-            pos = cut + 1
-            if not text:
-                continue
-        else:
-            piece = raw[pos:cut].rstrip()
-            pos = cut + 1
-            if piece.endswith(b","):
-                piece = piece[:-1]   # the comma before the next piece's first event
-            if not piece.strip():
-                continue
-            text = b"[" + piece + b"]"
+        piece = raw[pos:cut].rstrip()
+        pos = cut + 1
+        if piece.endswith(b","):
+            piece = piece[:-1]   # the comma before the next piece's first event
+        if not piece.strip():
+            continue
+        text = b"[" + piece + b"]"
         try:
             got = loads(text)
         except orjson.JSONDecodeError:
@@ -104,14 +82,11 @@ def _pieces(raw: bytes, pos: int, end: int, rules: tuple | None = None, tail: bo
         yield got
 
 
-def _feed(raw: bytes, pos: int, end: int, sink, tail: bool = True) -> int:
-    """Hands raw[pos:end]'s pieces to sink (tail: end is the array's); returns how many events
-    were not valid."""
+def _feed(raw: bytes, pos: int, end: int, sink) -> int:
+    """Hands raw[pos:end]'s pieces to sink; returns how many events were not valid."""
     bad = 0
-    rules = sink.scan_rules() if hasattr(sink, "scan_rules") else None
-    for got in _pieces(raw, pos, end, rules, tail):
-        # a dict: the C's {ph: [events]}, every one of them valid by phases()' rule
-        by_ph, n = (got, 0) if type(got) is dict else phases(got)
+    for got in _pieces(raw, pos, end):
+        by_ph, n = phases(got)
         bad += n
         sink.add(by_ph)
     return bad
@@ -123,16 +98,15 @@ def _in_pieces(raw: bytes, new, jobs: int) -> tuple:
     if jobs < 2 or end - begin < _SIDE_BY_SIDE:
         return sink, _feed(raw, begin, end, sink)
     first = raw.find(b"\n", begin + _PIECE, end)
-    share = _HELPER_SHARE["c" if fastpath.LINES and hasattr(sink, "scan_rules") else "python"]
-    mid = raw.find(b"\n", end - int((end - first) * share), end) if first >= 0 else -1
+    mid = raw.find(b"\n", end - int((end - first) * _HELPER_SHARE), end) if first >= 0 else -1
     if mid < 0:
         return sink, _feed(raw, begin, end, sink)
     # The first piece here first: in rldbg's layout it names the processes, which the other
     # half's sink then knows (spawn()) instead of holding its samples until the end.
-    bad = _feed(raw, begin, first, sink, tail=False)
+    bad = _feed(raw, begin, first, sink)
     later = sink.spawn()
     with Forked(lambda: (_feed(raw, mid + 1, end, later), later)) as helper:
-        bad += _feed(raw, first + 1, mid, sink, tail=False)
+        bad += _feed(raw, first + 1, mid, sink)
         try:
             more, later = helper.result()   # _NotInLines from the helper is raised here
         except HelperLost:   # its part is read here instead

@@ -10,7 +10,7 @@ import re
 import sys
 from collections import defaultdict
 
-from rldbg import fastpath, sentinel
+from rldbg import sentinel
 from rldbg.trace.events import FREES, LOADS
 from rldbg.trace.load import TraceFileError, phases, ts_ns
 from rldbg.trace.load_pieces import read_by_phase
@@ -69,8 +69,7 @@ def _ns(v) -> int:
 # writes): sorting, summing and keying by these fields then cannot fail. A slice from an edited or
 # foreign trace with anything else is skipped and counted in the report's damage notes, where
 # before it failed a sort or a sum deep inside an analysis. bool is not an int here (JSON's true).
-# Trace.add() applies the rule to what it reads; rldbg.trace._lines_c makes records only of the
-# slices that keep it (conforms() there) and leaves the others to add().
+# Trace.add() applies the rule to what it reads.
 _NONE = type(None)
 _RECORD_TYPES = (("name", {str}), ("rank", {int}), ("step", {int, _NONE}), ("method", {str, _NONE}),
                  ("flow", {int, str, _NONE}))
@@ -178,7 +177,6 @@ class Trace:
                 self._unnamed.append((len(into), into, e.get("pid")))
             into.append(rec)
         counters = self.counters
-        # As rldbg.trace._lines_c.scan() files the counter lines it reads itself (scan_rules()).
         for e in by_ph.get("C", ()):
             args = e.get("args")
             if not args:
@@ -203,14 +201,6 @@ class Trace:
                 if got is None:
                     got = series_of[series] = []
                 got.append((t, v))
-
-    def scan_rules(self) -> tuple:
-        """What rldbg.trace._lines_c.scan() needs to take lines as add() takes their events: skip
-        those it would drop, file the counter samples and make the kept slices' records it would
-        keep (rldbg.trace.load_pieces passes them on)."""
-        into = {"call": self.calls, "transition": self.transitions, "driver_call": self.driver_calls,
-                "step": self.steps}
-        return _KEPT_SLICES, _KEPT_INSTANTS, self.counters, _wanted_counter, into, self.names, self._unnamed
 
     def spawn(self) -> "Trace":
         """An empty Trace for the pieces after this one's, knowing the processes named so far
@@ -278,11 +268,9 @@ class Trace:
             for series, samples in series_of.items():
                 into[(role, rank, series)] += samples
         self.counters = {}
-        in_order = fastpath.LINES.in_order if fastpath.LINES else None
         for d in (self.mem, self.ledger):
             for v in d.values():
-                if in_order is None or not in_order(v):
-                    v.sort()
+                v.sort()
         return self
 
     def check(self) -> None:
