@@ -5,26 +5,22 @@
     rldbg.instant("eval_done", acc=0.9)
     rldbg.counter("throughput", tokens_per_s=1234.0)
 
-Events inherit role/rank/step/method from rldbg.context. When tracing is off everything is a
-flag check; a process looks for the collector once, on its first call (see trace/runtime.py).
+Events inherit role/rank/step/method from rldbg.context: the record of the call they run in
+(two calls at once on an async actor label their events apart). When tracing is off everything is
+a flag check; a process looks for the collector once, on its first call (see trace/runtime.py).
 breakpoint() delegates to rldbg.debug.breakpoints.
-
-span/instant/counter run in C where rldbg/_api_c.c was built (rldbg.fastpath): the functions
-below are then what C calls for everything off its fast path, so their meaning lives here.
 """
 from __future__ import annotations
 
 import functools
 import time
 
-from rldbg import fastpath as _fp
-from rldbg.context import current
+from rldbg.context import current as _current
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import counter_event as _counter, instant_event as _instant, slice_event as _slice
 
 _STATE = _rt.STATE
-_CTX = current()      # one object per process, mutated in place: bind it once
-_now = _TIME_NS = time.time_ns
+_now = time.time_ns
 
 
 def _on() -> bool:
@@ -51,7 +47,7 @@ class _Span:
     def __exit__(self, et, ev, tb):
         rec = _STATE.recorder
         if self.t0 and rec is not None:
-            c = _CTX
+            c = _current()
             # No args: None, not an empty dict (nothing to pack, ship or export for it).
             args = (self.args or None) if et is None else dict(self.args, error=et.__name__)
             # Inlined Recorder.emit: the hot path is one length check and a deque append.
@@ -68,7 +64,7 @@ class _Span:
 
 
 def _decorate(name: str, args: dict, fn):
-    """fn wrapped in a new span per call (also what a C span's decorator form runs)."""
+    """fn wrapped in a new span per call."""
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         with _Span(name, args):
@@ -129,7 +125,7 @@ def instant(name: str, **args) -> None:
         if _STATE.looked_up or not _rt.lookup():
             return
         rec = _STATE.recorder
-    c = _CTX
+    c = _current()
     buf = rec.buf
     if len(buf) < rec.capacity:
         buf.append(_instant("user", name, _now(), c.role, c.rank, c.step, c.method, args or None))
@@ -147,7 +143,7 @@ def counter(name: str, **values) -> None:
     for k, v in values.items():
         if not isinstance(v, (int, float)):
             raise ValueError(f"counter {name!r}: values must be numbers, got {k}={v!r}")
-    c = _CTX
+    c = _current()
     buf = rec.buf
     if len(buf) < rec.capacity:
         buf.append(_counter("user", name, _now(), c.role, c.rank, c.step, c.method, values))
@@ -155,21 +151,10 @@ def counter(name: str, **values) -> None:
         rec.dropped += 1
 
 
-IMPLEMENTATION = _fp.IMPLEMENTATION
-if _fp.C is not None:
-    _fp.C.bind(_STATE, _CTX, _OFF, span, instant, counter, _rt.lookup, _decorate)
-    py_span, py_instant, py_counter = span, instant, counter   # the Python ones, for tests and benches
-    span, instant, counter = _fp.C.span, _fp.C.instant, _fp.C.counter
-else:
-    py_span, py_instant, py_counter = span, instant, counter
-
-
 def set_clock(fn) -> None:
     """Timestamps of user events from fn() (time.time_ns by default); tests skew a process's clock."""
     global _now
     _now = fn
-    if _fp.C is not None:
-        _fp.C.set_clock(None if fn is _TIME_NS else fn)
 
 
 def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001

@@ -1,9 +1,12 @@
 """Who is running this code: role(s), rank, world, node, and the current step and method.
 
 Two things live here:
-  * Context: role/rank/step/method of the code running now. Instrumentation sets it; user spans
-    and breakpoints read it. One object per process, mutated in place, because a worker process
-    runs one call at a time on its main thread (threaded actors share it: fine for labelling).
+  * Context: role/rank/step/method of the code running now, an immutable record. Each call a
+    worker serves (rldbg.instrument.worker_call) runs under its own, set in a ContextVar for the
+    call's duration and reset after it: two calls running at once on one async or threaded actor
+    each see, and label their events and breakpoints with, their own. Code outside any call (the
+    process's own threads: the memory sampler, the shipper, a user's thread) sees the process's
+    record: the identity set_identity() gave it and, on a controller, the step it is in.
   * WorkerIdentity: what a worker process IS (set once at actor start through
     rldbg.instrument.set_worker_identity). Its label, e.g. "actor+reward[rank 1/2]", is formatted by
     worker_label() and read back by parse_label(): rldbg owns the format, a trainer that wants its
@@ -12,13 +15,15 @@ Two things live here:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, replace
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Context:
-    """Role/rank/step/method of the code running now in this process. Slotted: every registered call
-    writes and restores five of these fields, and rldbg/_api_c.c does so at their slots."""
+    """Role/rank/step/method of the code running now. Immutable: a call's record is replaced,
+    never changed, so a record handed to other code (a breakpoint's condition, a snapshot's
+    name) keeps saying what it said."""
 
     role: str = "driver"
     rank: int = 0
@@ -26,20 +31,40 @@ class Context:
     step: int | None = None
     method: str | None = None
     flow_id: int | None = None
-    extra: dict = field(default_factory=dict)
 
 
-_CTX = Context()
+# The process's record (a one-item list: replaced whole, read without a lock) and the record of
+# the call running in this thread or asyncio task, when it runs in one.
+_PROCESS = [Context()]
+_CALL: ContextVar[Context | None] = ContextVar("rldbg_call", default=None)
+_get_call = _CALL.get
 
 
 def current() -> Context:
-    """This process's Context (one object, mutated in place)."""
-    return _CTX
+    """The record of the call running here (in this thread or asyncio task), else the process's."""
+    c = _get_call()
+    return _PROCESS[0] if c is None else c
 
 
 def set_identity(role: str, rank: int = 0, world_size: int = 1) -> None:
     """Label this process's events and breakpoints with role/rank (a plain-Ray user may call it)."""
-    _CTX.role, _CTX.rank, _CTX.world_size = role, rank, world_size
+    _PROCESS[0] = replace(_PROCESS[0], role=role, rank=rank, world_size=world_size)
+
+
+def set_step(step: int | None) -> int | None:
+    """The process's step from now on (a controller's: rldbg.instrument.step); returns the one before."""
+    prev = _PROCESS[0].step
+    _PROCESS[0] = replace(_PROCESS[0], step=step)
+    return prev
+
+
+def enter_call(role: str, rank: int, method: str, step, flow_id) -> Token:
+    """Run what follows in this thread or task as `method` of role/rank; leave_call(token) ends it."""
+    return _CALL.set(Context(role, rank, current().world_size, step, method, flow_id))
+
+
+def leave_call(token: Token) -> None:
+    _CALL.reset(token)
 
 
 @dataclass(frozen=True)
@@ -117,5 +142,6 @@ def identity() -> WorkerIdentity:
     """This worker's identity; for a process that never set one, the current context's role/rank."""
     ident = _IDENT[0]
     if ident is None:
-        return WorkerIdentity((_CTX.role,), _CTX.rank, _CTX.world_size)
+        c = current()
+        return WorkerIdentity((c.role,), c.rank, c.world_size)
     return ident

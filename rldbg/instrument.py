@@ -39,13 +39,13 @@ import time
 from dataclasses import dataclass, field
 
 from rldbg import switches
-from rldbg.context import WorkerIdentity, current, set_worker
+from rldbg.context import WorkerIdentity, current, enter_call as _enter_call, leave_call as _leave_call, set_worker
+from rldbg.context import set_step as _set_step
 from rldbg.control import gate as _gate
 from rldbg.memory.probes import sample as _mem_sample
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
 from rldbg.profilers.torch_prof import profile_call as _profile_call
-from rldbg.fastpath import C as _C
-from rldbg.sentinel import CallChecks as _CallChecks, CallScope as _CallScope
+from rldbg.sentinel import CallChecks as _CallChecks
 from rldbg.environ import env as _env, raw_environ
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import (FREES, LOADS, driver_call_event, instant_event, ledger_event, memory_event,
@@ -57,7 +57,6 @@ _monotonic = time.monotonic
 _STATE = _rt.STATE
 # RLDBG_PROFILE's presence, tested on every worker call without a function call (rldbg.switches).
 _ENVIRON, _PROFILE_KEY = raw_environ(switches.PROFILE)
-_CTX = current()      # one object per process, mutated in place
 
 
 @dataclass(frozen=True)
@@ -181,9 +180,9 @@ def call_failed(call: Call, exc: BaseException) -> None:
 
 @contextlib.contextmanager
 def step(n: int):
-    """Marks a training step on the driver; calls made inside carry it, calls after it do not."""
-    ctx = current()
-    prev, ctx.step = ctx.step, n
+    """Marks a training step on the driver (the process's step: rldbg.context); calls made inside
+    carry it, calls after it do not."""
+    prev = _set_step(n)
     _gate.set_step(n)
     t0 = time.time_ns() if _rt.STATE.on else 0
     if t0:
@@ -191,7 +190,7 @@ def step(n: int):
     try:
         yield
     finally:
-        ctx.step = prev
+        _set_step(prev)
         if t0 and _rt.STATE.on:
             _rt.emit(slice_event("step", f"step {n}", t0, time.time_ns() - t0, "driver", 0, n, None, None,
                                  {"step": n}))
@@ -239,11 +238,48 @@ def _ray_node() -> tuple[str, str]:
     return "", ""
 
 
-class _WorkerCallPaths:
-    """worker_call's paths while tracing or profiling (_begin/_end), shared by its C and Python
-    implementations: __enter__/__exit__ call them only then."""
+class worker_call(_CallChecks):  # noqa: N801 - used as a function: `with worker_call(...)`
+    """`with worker_call(role, rank, method, tag) as scope:` this rank serves `method` for the driver
+    call `tag` (None for an untagged call): one span on role/rank's track joined to the driver's
+    send/recv, memory before and after; user spans and breakpoints inside see role/rank/step/method,
+    in a context of the call's own (rldbg.context): calls running at once on an async or threaded
+    actor each label their own events. `scope` carries role/rank/method/step and rldbg.sentinel's
+    checks: pass it the call's result (.returned) or error (.raised). A class rather than a
+    generator-based context manager: every registered call passes through it, and with tracing off
+    it costs a few attribute stores and flag checks."""
 
-    __slots__ = ()
+    __slots__ = ("role", "rank", "method", "step", "tag", "token", "t0", "m0", "prof")
+
+    def __init__(self, role: str, rank: int, method: str, tag: CallTag | None):
+        self.role, self.rank, self.method, self.tag = role, rank, method, tag
+
+    def __enter__(self):
+        tag, st = self.tag, _STATE
+        on = st.on
+        if tag is not None:
+            step, flow = tag.step, tag.flow_id
+            if tag.specs and tag.specs[0] != _specs_seen[0]:
+                _apply_live_specs(tag.specs)
+            if not on and tag.traced:
+                on = _rt.lookup(session=tag.traced)   # tracing started after this actor did
+        else:
+            outer = current()                         # untagged: the step and flow it runs in
+            step, flow = outer.step, outer.flow_id
+            if not on and _monotonic() - st.last_lookup >= _rt.RECHECK_S:
+                on = _rt.lookup()                     # a slow re-check
+        self.step = step
+        self.token = _enter_call(self.role, self.rank, self.method, step, flow)
+        self.t0, self.prof = 0, None
+        if on or _PROFILE_KEY in _ENVIRON:            # else: nothing more to do on this call
+            self._begin(on)
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if self.t0 or self.prof is not None:
+            self._end(et, ev, tb)
+        else:
+            _leave_call(self.token)
+        return False
 
     def _begin(self, on: bool) -> None:
         if _env(switches.PROFILE) is not None:       # torch.profiler, when RLDBG_PROFILE selects this call
@@ -272,61 +308,7 @@ class _WorkerCallPaths:
                                      self.method, flow, args))
                 _rt.emit(memory_event(t1, self.role, self.rank, self.step, self.method, m1))
         finally:
-            ctx = _CTX
-            ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = self.prev
-
-
-class _PyWorkerCall(_WorkerCallPaths, _CallScope):
-    """worker_call in Python (no C extension, or RLDBG_PURE_PYTHON=1); rldbg/_api_c.c's WorkerCall
-    takes the same steps in the same order. A class rather than a generator-based context manager:
-    tracing off, it costs a few attribute stores and flag checks."""
-
-    __slots__ = ("tag", "prev", "t0", "m0", "prof")
-
-    def __init__(self, role: str, rank: int, method: str, tag: CallTag | None):
-        self.role, self.rank, self.method, self.tag = role, rank, method, tag
-
-    def __enter__(self):
-        ctx, tag, st = _CTX, self.tag, _STATE
-        self.prev = (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id)
-        ctx.role, ctx.rank, ctx.method = self.role, self.rank, self.method
-        on = st.on
-        if tag is not None:
-            ctx.step, ctx.flow_id = tag.step, tag.flow_id
-            if tag.specs and tag.specs[0] != _specs_seen[0]:
-                _apply_live_specs(tag.specs)
-            if not on and tag.traced:
-                on = _rt.lookup(session=tag.traced)   # tracing started after this actor did
-        elif not on and _monotonic() - st.last_lookup >= _rt.RECHECK_S:
-            on = _rt.lookup()                         # untagged: a slow re-check
-        self.step = ctx.step
-        self.t0, self.prof = 0, None
-        if on or _PROFILE_KEY in _ENVIRON:            # else: nothing more to do on this call
-            self._begin(on)
-        return self
-
-    def __exit__(self, et, ev, tb):
-        if self.t0 or self.prof is not None:
-            self._end(et, ev, tb)
-        else:
-            ctx = _CTX
-            ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id = self.prev
-        return False
-
-
-class worker_call(*((_WorkerCallPaths, _CallChecks, _C.WorkerCall) if _C is not None else (_PyWorkerCall,))):  # noqa: N801
-    """`with worker_call(role, rank, method, tag) as scope:` this rank serves `method` for the driver
-    call `tag` (None for an untagged call): one span on role/rank's track joined to the driver's
-    send/recv, memory before and after; user spans and breakpoints inside see role/rank/step/method.
-    `scope` carries role/rank/method/step and rldbg.sentinel's checks: pass it the call's result
-    (.returned) or error (.raised). Used as a function; every registered call passes through it, so
-    its enter and exit run in C where rldbg/_api_c.c is built (rldbg.fastpath), else _PyWorkerCall's
-    (bench/bench_trace.py measures both)."""
-
-    __slots__ = ()
-
-
-py_worker_call = _PyWorkerCall   # the Python implementation, for tests and benches
+            _leave_call(self.token)
 
 
 _specs_seen = [0]
@@ -337,10 +319,6 @@ def _apply_live_specs(specs: tuple) -> None:
 
     set_active_specs(list(specs[1]))
     _specs_seen[0] = specs[0]
-
-
-if _C is not None:
-    _C.bind_worker_call(worker_call, _apply_live_specs, _specs_seen, _ENVIRON, _PROFILE_KEY, _rt.RECHECK_S)
 
 
 def _categories(what, kw: str) -> tuple:
@@ -403,7 +381,7 @@ def ledger(category: str, nbytes: int) -> None:
     names transitions declare in frees=/loads=). Report when it changes."""
     rec = _rt.STATE.recorder
     if rec is not None:
-        ctx = _CTX
+        ctx = current()
         rec.emit(ledger_event(time.time_ns(), ctx.role, ctx.rank, ctx.step, ctx.method, str(category), int(nbytes)))
 
 

@@ -162,7 +162,7 @@ def post_mortem_on() -> bool:
 class CallChecks:
     """What a registered call's scope checks: its output (returned) and its error (raised). Reads
     role, rank, method and step from the scope: CallScope below, or rldbg.instrument.worker_call
-    itself (whose fields live in C where rldbg/_api_c.c is built)."""
+    itself."""
 
     __slots__ = ()
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 
-from rldbg.fastpath import PURE_PYTHON      # "1": the API's hot paths in Python, not C
-
 BREAKPOINTS = "RLDBG_BREAKPOINTS"            # breakpoint specs, ";"-separated (rldbg.debug.specs)
 POST_MORTEM = "RLDBG_POST_MORTEM"            # "1": pause at the raising frame of a failed call
 LISTEN_ROLES = "RLDBG_LISTEN_ROLES"          # debug mode: these roles open a debugpy listener
@@ -30,7 +28,7 @@ FAILURES_DIR = "RLDBG_FAILURES_DIR"          # where a failing call's inputs/out
 # What a worker reads; inherited from the driver's environment when not given explicitly.
 # RAY_DEBUG_POST_MORTEM is Ray's own switch, honoured by rldbg's post-mortem guard too.
 WORKER_SWITCHES = (BREAKPOINTS, POST_MORTEM, "RAY_DEBUG_POST_MORTEM", LISTEN_ROLES, LISTEN_RANKS, PROFILE,
-                   CUDA_MEMORY_SNAPSHOT, DEBUG_ALLOW_REMOTE, ON_NONFINITE, FAILURES_DIR, PURE_PYTHON)
+                   CUDA_MEMORY_SNAPSHOT, DEBUG_ALLOW_REMOTE, ON_NONFINITE, FAILURES_DIR)
 
 
 def _joined(values, sep: str = ",") -> str:

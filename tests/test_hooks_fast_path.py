@@ -15,17 +15,10 @@ from rldbg.trace.events import decode
 from rldbg.trace.recorder import Recorder
 
 
-@pytest.fixture(params=["c", "python"])
-def tracing_state(request, monkeypatch):
+@pytest.fixture
+def tracing_state():
     """Tracing off, as in a process that looked for a collector and found none; yields a function
-    that turns recording on into a real in-process Recorder (nothing shipped). Runs each test with
-    rldbg.span/instant/counter and instrument.worker_call in C (rldbg/_api_c.c) and in Python."""
-    if request.param == "python":
-        for name in ("span", "instant", "counter"):
-            monkeypatch.setattr(rldbg, name, getattr(rldbg.api, "py_" + name))
-        monkeypatch.setattr(ri, "worker_call", ri.py_worker_call)
-    elif rldbg.api.IMPLEMENTATION != "c":
-        pytest.fail("the C hot paths are not in use here (rldbg.fastpath); tests/test_api_c.py says why")
+    that turns recording on into a real in-process Recorder (nothing shipped)."""
     st = runtime.STATE
     saved = (st.on, st.looked_up, st.recorder, st.last_lookup)
     st.on, st.looked_up, st.recorder, st.last_lookup = False, True, None, time.monotonic()
@@ -67,21 +60,25 @@ def test_a_function_decorated_while_off_is_traced_once_tracing_is_on(tracing_sta
     assert decode(rec.buf[0]).args == {"kind": "fn"} and decode(rec.buf[2]).args is None
 
 
-def test_worker_call_labels_and_restores_the_context_off_and_on(tracing_state):
+def _where():
     ctx = current()
-    before = (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id)
+    return (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id)
+
+
+def test_worker_call_labels_and_restores_the_context_off_and_on(tracing_state):
+    before = _where()
     tag = ri.CallTag(flow_id=7, group="actor", method="update", step=3)
     with ri.worker_call("actor", 1, "update", tag) as scope:
-        assert (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id) == ("actor", 1, "update", 3, 7)
+        assert _where() == ("actor", 1, "update", 3, 7)
         assert (scope.role, scope.rank, scope.method, scope.step) == ("actor", 1, "update", 3)
-    assert (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id) == before
+    assert _where() == before
 
     rec = tracing_state()
     with pytest.raises(RuntimeError):
         with ri.worker_call("actor", 1, "update", tag):
             rldbg.instant("inside")
             raise RuntimeError("bad batch")
-    assert (ctx.role, ctx.rank, ctx.method, ctx.step, ctx.flow_id) == before
+    assert _where() == before
     evs = [decode(e) for e in rec.buf]
     call = [e for e in evs if e.cat == "call"]
     assert len(call) == 1 and call[0].flow == 7 and call[0].args["status"] == "error: RuntimeError"

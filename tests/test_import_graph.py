@@ -10,10 +10,9 @@ ROOT = Path(__file__).resolve().parent.parent / "rldbg"
 
 
 def _modules() -> dict[str, Path]:
-    """Every module by name, the C extensions (built from rldbg/**/*.c, importing none of ours)
-    included: `from rldbg.trace import _chrome_c` imports that module, not the package."""
+    """Every module by name."""
     out = {}
-    for p in [*ROOT.rglob("*.py"), *ROOT.rglob("*.c")]:
+    for p in ROOT.rglob("*.py"):
         parts = list(p.relative_to(ROOT.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -26,9 +25,6 @@ def _graph() -> dict[str, set]:
     graph = {}
     for name, path in mods.items():
         deps = set()
-        if path.suffix == ".c":
-            graph[name] = deps
-            continue
         pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):

@@ -1,7 +1,6 @@
 """The event record: the one schema every rldbg producer writes and every consumer reads.
 
-An event is a plain tuple (cheap to build, a msgpack array in the spill: rldbg.trace.spill), or,
-held by a recording process whose C hot paths recorded it, that array's msgpack bytes:
+An event is a plain tuple (cheap to build, a msgpack array in the spill: rldbg.trace.spill):
     (ph, cat, name, ts_ns, dur_ns, role, rank, step, method, flow, args)
 ph:     SLICE "X" (a span), INSTANT "i", COUNTER "C" (args = {series: number}),
         DRIVER_CALL "D" (one driver call, expanded into call/dispatch/send/wait/recv slices at export).
@@ -99,21 +98,13 @@ _make = Event._make
 
 
 def decode(ev) -> Event:
-    """Any stored form of an event (tuple, the list a spill holds, or the msgpack bytes of one that
-    rldbg's C recorder holds until it ships) -> Event."""
-    if type(ev) is bytes:
-        ev = _unpack(ev)
+    """Any stored form of an event (the tuple recorded, or the list a spill holds) -> Event."""
     return _make(ev)
-
-
-def _unpack(packed: bytes) -> list:
-    import msgpack   # only bytes held in a recording process need it
-    return msgpack.unpackb(packed, raw=False, strict_map_key=False)
 
 
 def to_dict(ev) -> dict:
     """The JSON form the hub serves and `rldbg top` reads: {field: value} with FIELDS as keys."""
-    return dict(zip(FIELDS, _unpack(ev) if type(ev) is bytes else ev))
+    return dict(zip(FIELDS, ev))
 
 
 def from_dict(d: dict) -> Event:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 
-from rldbg.fastpath import C
 # Imported with this module, not when tracing starts: a Ray job's driver starts tracing right as
 # the job begins, which is when every other node's runtime-env agent unpacks the job's working
 # directory; on nodes sharing one machine (ray.cluster_utils, `ray start` twice) that replaces the
@@ -23,17 +22,11 @@ from rldbg.trace.recorder import Recorder, Shipper
 RECHECK_S = 10.0
 
 
-if C is not None:
-    _Flags = C.StateBase       # on, looked_up, recorder as C fields: the C hot paths read them directly
-else:
-    class _Flags:
-        on = False             # the one flag every hot path reads
-        looked_up = False
-        recorder: Recorder | None = None
-        last_lookup = 0.0
-
-
-class _State(_Flags):
+class _State:
+    on = False                 # the one flag every hot path reads
+    looked_up = False
+    recorder: Recorder | None = None
+    last_lookup = 0.0
     session_seen = 0           # the newest driver trace session a call told us about
     shipper: Shipper | None = None
     sampler = None

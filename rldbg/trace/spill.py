@@ -26,7 +26,6 @@ import json
 import os
 import struct
 import zlib
-from itertools import groupby
 from operator import itemgetter
 from typing import Iterator
 
@@ -87,32 +86,7 @@ def event_files(spill_dir: str) -> list[str]:
 
 
 def encode_events(events: list) -> bytes:
-    """A batch's events as the msgpack array the spill stores (unknown types as str). An event that
-    is bytes is one already packed (rldbg/_api_c.c holds the events it records so): spliced in as
-    it is, in its place."""
-    kinds = set(map(type, events))
-    if bytes not in kinds:
-        return _pack(events)
-    if len(kinds) == 1:
-        return _array_header(len(events)) + b"".join(events)
-    parts = [_array_header(len(events))]
-    for kind, run in groupby(events, type):
-        if kind is bytes:
-            parts.extend(run)
-        else:
-            run = list(run)
-            parts.append(_pack(run)[len(_array_header(len(run))):])
-    return b"".join(parts)
-
-
-def _array_header(n: int) -> bytes:
-    """msgpack's header of an n-element array."""
-    if n < 16:
-        return bytes((0x90 | n,))
-    return b"\xdc" + n.to_bytes(2, "big") if n < 65536 else b"\xdd" + n.to_bytes(4, "big")
-
-
-def _pack(events: list) -> bytes:
+    """A batch's events as the msgpack array the spill stores (unknown types as str)."""
     try:
         return msgpack.packb(events, default=str, use_bin_type=True, unicode_errors="surrogatepass")
     except (OverflowError, ValueError, TypeError):
@@ -175,23 +149,13 @@ def iter_records(spill_dir: str, damage: list | None = None, tuples: bool = Fals
 def iter_raw(spill_dir: str, damage: list | None = None,
              pieces: list | None = None) -> Iterator[tuple[str, int, memoryview, memoryview]]:
     """(file, byte offset, meta bytes, events bytes) of each intact record (checksum holds), in
-    arrival order, not decoded: decode_record() reads one as iter_records does, the exporter's C
-    (rldbg/trace/_chrome_c.c) reads the events' bytes in place. Damaged framing is recorded in
+    arrival order, not decoded (decode_record() reads one). Damaged framing is recorded in
     `damage` as iter_records says; `pieces` as there."""
     for path, lo, hi in pieces if pieces is not None else [(p, 0, None) for p in event_files(spill_dir)]:
         with open(path, "rb") as f:
             data = f.read()
         for at, mb, eb in _file_records(path, data, damage, lo, len(data) if hi is None else hi):
             yield path, at, mb, eb
-
-
-def decode_meta(mb) -> dict | None:
-    """A record's meta as a dict, or None where decode_record would call the record unreadable."""
-    try:
-        meta = msgpack.unpackb(mb, raw=False, strict_map_key=False)
-    except Exception:
-        return None
-    return meta if isinstance(meta, dict) else None
 
 
 def decode_record(path: str, at: int, mb, eb, damage: list | None, seq=list) -> tuple[dict, list] | None:
@@ -205,12 +169,6 @@ def decode_record(path: str, at: int, mb, eb, damage: list | None, seq=list) -> 
         if damage is not None:
             damage.append((path, at, f"unreadable record ({str(e)[:80]})"))
         return None
-    evs = decode_checked(path, at, eb, damage, seq)
-    return None if evs is None else (meta, evs)
-
-
-def decode_checked(path: str, at: int, eb, damage: list | None, seq=list) -> list | None:
-    """A record's valid events (decode_record's, for a meta already read), or None."""
     try:
         evs = decode_events(eb, seq is tuple)
     except Exception as e:
@@ -221,7 +179,7 @@ def decode_checked(path: str, at: int, eb, damage: list | None, seq=list) -> lis
     if len(good) != (len(evs) if type(evs) is seq else -1) and damage is not None:
         bad = len(evs) - len(good) if type(evs) is seq else "all"
         damage.append((path, at, f"{bad} malformed event(s) in a batch"))
-    return good
+    return meta, good
 
 
 def split(spill_dir: str, parts: int) -> list[list]:
