@@ -20,10 +20,14 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from rldbg.tui.app import TopApp
-from rldbg.tui.fake import FakeSource
 from rldbg.tui.view import Model
+
+# The synthetic source the TUI's snapshot tests use: 256 workers and 1M events, deterministic.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from fake_source import FakeSource  # noqa: E402
 
 
 async def paint(app, view) -> None:

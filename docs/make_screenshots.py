@@ -37,7 +37,8 @@ def report_png(trace: str, tmp: Path) -> None:
 
 async def _top_svgs() -> list[str]:
     from rldbg.tui.app import TopApp
-    from rldbg.tui.fake import FakeSource
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))   # the snapshot tests' synthetic source
+    from fake_source import FakeSource
     app = TopApp(FakeSource(workers=4, events=2_000), refresh=0.2)
     svgs = []
     async with app.run_test(size=(130, 36)) as pilot:

@@ -95,8 +95,8 @@ def test_losing_a_node_names_it_and_keeps_the_trace(small_cluster, tmp_path):
     ranks = {(r["role"], r["rank"]): r for r in json.loads(rep.stdout)["ranks"]}
     assert ranks[("actor", lost_rank)]["node"] == other and ranks[("actor", 1 - lost_rank)]["node"] == head
 
-    from rldbg.trace import tp
-    with tp.TraceProcessor(str(trace)) as proc:
+    from trace_processor import TraceProcessor
+    with TraceProcessor(str(trace)) as proc:
         errors = proc.query("select name, idx, severity, source, value from stats "
                             "where severity in ('error', 'data_loss') and value > 0")
         assert errors == [], errors

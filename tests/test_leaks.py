@@ -50,7 +50,7 @@ def test_too_few_cycles_and_undeclared_transitions_say_nothing():
 def test_top_flags_only_the_leaky_rank():
     # `rldbg top`'s store applies the same rule live: the synthetic source's rank 0 keeps 32 MiB
     # more optimizer ledger per step; its peers, and a source without the leak, are not flagged.
-    from rldbg.tui.fake import FakeSource
+    from fake_source import FakeSource
     from rldbg.tui.model import EventStore
 
     for leak, expected in [(True, ["actor rank 0: ledger 'optimizer' grows 32.0 MiB per cycle"]), (False, [])]:

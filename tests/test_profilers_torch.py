@@ -75,7 +75,7 @@ def test_tensorboard_shows_one_worker_per_rank(ray_cluster, tmp_path):
 
 def test_operators_nest_inside_call_span(tmp_path, monkeypatch):
     import torch
-    from rldbg.trace.tp import TraceProcessor
+    from trace_processor import TraceProcessor
 
     monkeypatch.setenv("RLDBG_PROFILE", f"roles=actor;ranks=1;dir={tmp_path / 'prof'}")
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))

@@ -16,7 +16,7 @@ import rldbg  # noqa: E402
 from rldbg import instrument as ri  # noqa: E402
 from rldbg.trace.load import TraceFileError  # noqa: E402
 from rldbg.trace.report import analyse  # noqa: E402
-from rldbg.trace.tp import query  # noqa: E402
+from trace_processor import query  # noqa: E402
 
 CYCLES = 8   # 2 warm-up cycles + enough for the leak rule's median (rldbg.memory.leaks)
 MB = 1 << 20

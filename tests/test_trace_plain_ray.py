@@ -12,7 +12,7 @@ import ray  # noqa: E402
 
 import rldbg  # noqa: E402
 from rldbg import instrument as ri  # noqa: E402
-from rldbg.trace.tp import TraceProcessor, stats_errors  # noqa: E402
+from trace_processor import TraceProcessor, stats_errors  # noqa: E402
 
 STEPS = 2
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from rldbg.trace.tp import TraceProcessor, TraceProcessorError, stats_errors
+from trace_processor import TraceProcessor, TraceProcessorError, stats_errors
 
 
 def _write(tmp_path, events, name="t.json"):

@@ -7,7 +7,7 @@ import pytest
 
 from reference_trainer.config import load_config
 from reference_trainer.trainer import fit
-from rldbg.trace.tp import TraceProcessor
+from trace_processor import TraceProcessor
 
 STEPS = 2
 PER_STEP = {"to_rollout_mode", "generate_sequences", "to_train_mode", "compute_ref_log_prob", "update_actor"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from rldbg.tui.app import TopApp
-from rldbg.tui.fake import FakeSource
+from fake_source import FakeSource
 
 SIZE = (130, 36)
 

@@ -10,7 +10,7 @@ import pytest
 from verl_support import batch, group, require_entry_point, teardown
 
 import rldbg.trace  # noqa: E402
-from rldbg.trace.tp import TraceProcessor, stats_errors  # noqa: E402
+from trace_processor import TraceProcessor, stats_errors  # noqa: E402
 
 
 def _colocated(make):

