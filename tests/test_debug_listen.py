@@ -1,6 +1,7 @@
 """Debug mode end to end: workers of a chosen role listen for a debugger from start-up,
 are found through Ray's internal KV, and an editor-style DAP client sets a breakpoint by
 file and line in the actor's update code on one rank, while the training step runs."""
+import ast
 import io
 import json
 import os
@@ -32,6 +33,11 @@ REL_HYBRID = os.path.relpath(HYBRID)
 # A line of update_actor itself (once per update per rank; loss_fn runs per micro-batch).
 LINE = next(no for no, text in enumerate(Path(HYBRID).read_text().splitlines(), 1)
             if text.strip() == "temperature = self.config.rollout.temperature")
+# update_actor's `def` line (debugpy never stops there when the method is called) and the line its
+# body starts at, both read from the source as it is today.
+_UPDATE = next(n for n in ast.walk(ast.parse(Path(HYBRID).read_text()))
+               if isinstance(n, ast.FunctionDef) and n.name == "update_actor")
+DEF_LINE, FIRST_LINE = _UPDATE.lineno, _UPDATE.body[0].lineno
 
 
 def _until(fn, what, limit=90.0):
@@ -239,4 +245,50 @@ def test_rldbg_attach_break_waits_for_the_hit(trainer):
     assert f"breakpoint {HYBRID}:{LINE}: set" in text
     assert "stopped: breakpoint" in text and f"> {HYBRID}:{LINE} in update_actor" in text
     assert "(rldbg) 8\n" in text and "(rldbg) 'actor+reward'\n" in text and "breakpoints cleared" in text
+    _finish(t, out, groups)
+
+
+def test_a_breakpoint_on_the_def_line_stops_at_the_first_line_and_says_so(trainer):
+    """`rldbg attach --break hybrid.py:<the def of update_actor>` used to wait forever."""
+    assert Path(HYBRID).read_text().splitlines()[DEF_LINE - 1].strip().startswith("def update_actor(")
+    cfg, groups, src = trainer
+    script = "p RLDBG_RANK\nclear\ndetach\n"
+    buf, result = io.StringIO(), {}
+    cli = threading.Thread(target=lambda: result.update(rc=_cli(
+        "attach", "--role", "actor", "--rank", "1", "--address", DASHBOARD_URL, "--timeout", "240",
+        "--break", f"{REL_HYBRID}:{DEF_LINE}", stdin=script, buf=buf)[0]))
+    cli.start()
+    _until(lambda: "waiting for the breakpoint" in buf.getvalue(), "attach ready", 60)
+    t, out = _step_in_background(trainer, 2)
+    cli.join(300)
+    text = buf.getvalue()
+    assert result.get("rc") == 0, text
+    said = (f"{REL_HYBRID}:{DEF_LINE} is the `def` of ActorRolloutRefWorker.update_actor: "
+            f"breaking at {FIRST_LINE}, its first line")
+    assert said in text.splitlines(), text
+    assert f"breakpoint {HYBRID}:{FIRST_LINE}: set" in text
+    assert "stopped: breakpoint" in text and f"> {HYBRID}:{FIRST_LINE} in update_actor" in text, text
+    assert "(rldbg) 1\n" in text
+    _finish(t, out, groups)
+
+
+def test_an_editors_breakpoint_on_the_def_line_moves_to_the_first_line(trainer):
+    """What VS Code sends on a gutter click, straight to the worker's debugger: the worker answers
+    with the line it will stop at (the editor moves the marker there) and stops there."""
+    cfg, groups, src = trainer
+    w1 = next(w for w in listening_workers(role="actor") if w.rank == 1)
+    client = DAPClient(w1.host, w1.port, timeout=30)
+    client.attach()
+    answer = client.set_breakpoints(HYBRID, [DEF_LINE])
+    assert [(a["line"], a["verified"]) for a in answer] == [(FIRST_LINE, True)], answer
+    t, out = _step_in_background(trainer, 3)
+    try:
+        client.wait_stopped(240)
+        top = client.stack_trace()[0]
+        assert (top["line"], top["name"]) == (FIRST_LINE, "update_actor")
+    finally:
+        client.set_breakpoints(HYBRID, [])
+        if client.stopped_thread is not None:
+            client.continue_()
+        client.disconnect()
     _finish(t, out, groups)

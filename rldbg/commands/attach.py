@@ -17,6 +17,7 @@ import sys
 from rldbg.control.discovery import cli_dashboard
 from rldbg.dashboard import DashboardError
 from rldbg.debug.dap import DAPClient, DAPError
+from rldbg.debug.lines import resolve as resolve_line
 from rldbg.debug.registry import RegistryError, listening_workers
 from rldbg.debug.session import BREAK_FORM, Session, parse_break
 from rldbg.debug.workers import TARGET_FORM, TargetError, resolve_target
@@ -78,23 +79,29 @@ def find_listening(role: str, rank: int | None, ray_address=None, dashboard=None
 
 def attach_with_breaks(worker, breaks, local_root=None, timeout: float = 10.0, out=print):
     """Attach to a listening worker, set the breakpoints (paths translated to the
-    worker's view), return (client, session) ready for session.start(already_attached=True)."""
+    worker's view; a line that cannot stop moved to the one meant, said in one line), return
+    (client, session) ready for session.start(already_attached=True). A line no breakpoint
+    can stop at raises BreakLineError (a ValueError) before attaching."""
     parsed = [parse_break(b) if isinstance(b, str) else b for b in breaks]
+    for path, line, _ in parsed:
+        resolve_line(path, line)
     client = DAPClient(worker.host, worker.port, timeout=timeout)
     client.attach()
     session = Session(client, out=out)
     for path, line, cond in parsed:
         local = os.path.abspath(path) if os.path.exists(path) or not worker.cwd else None
         remote = worker.to_remote(local, local_root) if local else os.path.join(worker.cwd, path)
-        answer = session.add_breakpoint(remote, line, cond)
+        answer = session.add_breakpoint(remote, line, cond, source=path if local else None)
         state = "set" if answer.get("verified") else f"pending ({answer.get('message') or 'not verified yet'})"
-        out(f"breakpoint {remote}:{line}" + (f" if {cond}" if cond else "") + f": {state}")
+        out(f"breakpoint {remote}:{answer.get('line', line)}" + (f" if {cond}" if cond else "") + f": {state}")
     return client, session
 
 
 def _run_listening(args) -> int:
     try:
         parsed = [parse_break(b) for b in args.breaks]
+        for path, line, _ in parsed:
+            resolve_line(path, line)   # a line that can never stop fails here, before any lookup
         worker = find_listening(args.role, args.rank, args.ray_address, args.address)
     except (ValueError, RegistryError) as e:
         return _fail(str(e))

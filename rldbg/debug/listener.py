@@ -73,12 +73,24 @@ def ensure_listening() -> tuple[str, int]:
     with ray_debugpy.debugger_port_lock:
         port = worker.debugger_port
         if port:
+            _move_unstoppable_lines()
             return (_listen_host or worker.node_ip_address, int(port))
         host, port = debugpy.listen((choose_host(worker.node_ip_address), 0))
         _listen_host = host
         worker.set_debugger_port(port)
+        _move_unstoppable_lines()
         log.info("rldbg: debugpy is listening on %s:%s", host, port)
         return host, int(port)
+
+
+def _move_unstoppable_lines() -> None:
+    # Whatever client attaches (VS Code's gutter, rldbg attach), a breakpoint on a `def`,
+    # decorator, docstring, blank or comment line would never stop: rldbg.debug.lines moves it.
+    try:
+        from rldbg.debug.lines import install_pydevd_hook
+        install_pydevd_hook()
+    except Exception as e:  # noqa: BLE001 - a debugger without the hook still works
+        log.warning("rldbg: breakpoint lines are not checked in this worker: %s", e)
 
 
 def wait_for_client(message: str) -> None:

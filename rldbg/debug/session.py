@@ -9,6 +9,7 @@ import linecache
 import re
 
 from rldbg.debug.dap import DAPClient, DAPError
+from rldbg.debug.lines import resolve as resolve_line
 
 HELP = """commands:
   bt, where          stack of the stopped thread (> marks the current frame)
@@ -75,9 +76,16 @@ class Session:
             self.client.disconnect()
             self.active = False
 
-    def add_breakpoint(self, path: str, line: int, condition: str | None = None) -> dict:
+    def add_breakpoint(self, path: str, line: int, condition: str | None = None, source: str | None = None) -> dict:
         """Add one breakpoint (DAP replaces a file's set, so the whole set is resent);
-        returns debugpy's answer for it ({verified, line, ...})."""
+        returns debugpy's answer for it ({verified, line, ...}). A line that cannot stop
+        (a `def`, decorator, docstring, blank or comment line) moves to the line meant, read
+        from `source` (the local copy of `path`, default `path` itself), and says so;
+        BreakLineError (a ValueError) for a line outside any function that runs nothing."""
+        moved = resolve_line(source or path, line, shown=source or path)
+        if moved.note:
+            self.out(moved.note)
+            line = moved.line
         items = [b for b in self.breakpoints.get(path, []) if b["line"] != line]
         items.append({"line": int(line), **({"condition": condition} if condition else {})})
         answer = self.client.set_breakpoints(path, items)

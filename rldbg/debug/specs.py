@@ -21,6 +21,7 @@ FORM = "ROLE.METHOD[@rank=R[,R...]][,step=S][,when=EXPR]  (e.g. actor.update_act
 ENV_VAR = "RLDBG_BREAKPOINTS"
 
 _NAME = re.compile(r"^[A-Za-z_*?\[\]][\w*?\[\]+\-]*$")
+_FILE_LINE = re.compile(r"^[^@]*\.pyw?:\d+(:.*)?$")
 
 
 class SpecError(ValueError):
@@ -87,6 +88,11 @@ def parse(text: str, known_roles=None, known_methods=None) -> Spec:
     if not isinstance(text, str) or not text.strip():
         raise _bad(str(text), "empty spec", **known)
     raw = text.strip()
+    if _FILE_LINE.match(raw):
+        # A spec pauses as a method starts; a line in a file is a debugger's breakpoint.
+        raise SpecError(f"bad breakpoint spec {raw!r}: FILE:LINE is not a spec; a breakpoint on a line is "
+                        "set from a debugger in debug mode (debug.listen_roles=[ROLE] or RLDBG_LISTEN_ROLES=ROLE, "
+                        f"then rldbg attach --role ROLE --break {raw}, or VS Code); specs are {FORM}")
     target, _, filters = raw.partition("@")
     role, _, method = target.strip().partition(".")
     role, method = role.strip(), (method.strip() or "*")
