@@ -3,6 +3,8 @@ own copy of the weights, as a separate inference engine would, so weight sync is
 copy and sleep/wake really give memory back."""
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Iterable
 
 import torch
@@ -34,6 +36,7 @@ class HFEngine(RolloutEngine):
         from transformers import DynamicCache
 
         self._cache = DynamicCache()
+        cache = {_cache_keyword(self.model): self._cache}
         rows, n_new = input_ids.shape[0], sampling.max_new_tokens
         responses = torch.full((rows, n_new), self.pad_id, dtype=input_ids.dtype, device=input_ids.device)
         if n_new == 0:
@@ -52,12 +55,12 @@ class HFEngine(RolloutEngine):
             first = torch.empty(len(unique), dtype=torch.long, device=inverse.device).scatter_(
                 0, inverse, torch.arange(rows, device=inverse.device))
             logits = self.model(input_ids=input_ids[first], attention_mask=mask[first],
-                                position_ids=positions[first], past_key_values=self._cache, use_cache=True,
+                                position_ids=positions[first], **cache, use_cache=True,
                                 logits_to_keep=1).logits[inverse]
             self._cache.batch_select_indices(inverse)
         else:
             logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                                past_key_values=self._cache, use_cache=True, logits_to_keep=1).logits
+                                **cache, use_cache=True, logits_to_keep=1).logits
         ones = torch.ones((rows, 1), dtype=mask.dtype, device=mask.device)
         for i in range(n_new):
             token = _sample(logits[:, -1].float(), sampling.temperature, sampling.top_p)
@@ -68,7 +71,7 @@ class HFEngine(RolloutEngine):
                 break
             mask = torch.cat([mask, ones], -1)
             logits = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos,
-                                past_key_values=self._cache, use_cache=True).logits
+                                **cache, use_cache=True).logits
             next_pos = next_pos + 1
         return responses
 
@@ -119,6 +122,18 @@ class HFEngine(RolloutEngine):
                     if isinstance(t, torch.Tensor):
                         kv += t.numel() * t.element_size()
         return {"rollout_weights": weights, "kv_cache": kv}
+
+
+@functools.lru_cache(maxsize=8)
+def _forward_takes_cache(model_class: type) -> bool:
+    return "cache" in inspect.signature(model_class.forward).parameters
+
+
+def _cache_keyword(model) -> str:
+    """The forward keyword for the KV cache: `cache` where the model's forward takes it (newer
+    transformers, where `past_key_values` still works but warns on every call), else
+    `past_key_values` (every older version pyproject allows)."""
+    return "cache" if _forward_takes_cache(type(model)) else "past_key_values"
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
