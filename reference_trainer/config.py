@@ -20,7 +20,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    task: str = "digit_shift"
+    task: str = "digit_shift"  # a built-in task, or MODULE:CLASS for your own Task subclass (prompts + score)
     task_args: dict = field(default_factory=dict)  # passed to the task, e.g. {n_digits: 2}
     prompts_per_step: int = 16
     group_size: int = 8  # responses sampled per prompt (GRPO's group)
@@ -137,10 +137,6 @@ class DebugConfig:
     listen_roles: list = field(default_factory=list)  # roles whose workers open a debugpy listener
     listen_ranks: list = field(default_factory=list)  # only these ranks listen (default: all)
     on_nonfinite: str = "stop"  # NaN/Inf in a call's tensor outputs: stop the run | warn | off
-    # Fault injection, for tests only: the reward role's rank test_nan_reward_rank returns one NaN
-    # score at step test_nan_reward_step (-1: never).
-    test_nan_reward_step: int = -1
-    test_nan_reward_rank: int = 0
 
 
 @dataclass
@@ -479,6 +475,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"config key 'trainer.logger' has {bad}; accepted: {', '.join(LOGGERS)}")
     if cfg.rollout.temperature <= 0:
         raise ConfigError(f"config key 'rollout.temperature' must be > 0, got {cfg.rollout.temperature}")
+    from reference_trainer.tasks import get_task
+    try:
+        get_task(cfg.data.task, **cfg.data.task_args)   # here, not first on a worker mid-start-up
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"config key 'data.task': {e}") from None
 
 
 def to_dict(cfg: Config) -> dict:

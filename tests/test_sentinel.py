@@ -1,9 +1,10 @@
 """The non-finite sentinel, run as users run the trainer (`python -m reference_trainer`, its own
-embedded cluster): a reward NaN injected on rank 1 at step 1 stops the run at that step with one
-line naming reward rank 1 compute_scores step 1 'scores'; the trace holds the instant on that rank's
-track, `rldbg report` and the TUI's model show it, and the failing call's inputs and output are on
-disk. A healthy run raises no alarm. The checker itself: healthy outputs pass, the first bad key
-and its count are named, warn/off modes."""
+embedded cluster): a reward NaN from a user's task (tests/nan_reward_task.py, plugged in with
+data.task=MODULE:CLASS) on rank 1 at step 1 stops the run at that step with one line naming reward
+rank 1 compute_scores step 1 'scores'; the trace holds the instant on that rank's track, `rldbg
+report` and the TUI's model show it, and the failing call's inputs and output are on disk. A healthy
+run raises no alarm. The checker itself: healthy outputs pass, the first bad key and its count are
+named, warn/off modes. The product config carries no switch for tests."""
 from __future__ import annotations
 
 import json
@@ -22,6 +23,11 @@ SMALL = ["sft.steps=0", "trainer.progress=false", "model.preset=llama-tiny", "da
          "critic.mini_batch_size=16", "critic.micro_batch_size=8", "control.enabled=false",
          "trainer.logger=[console,jsonl]"]
 RLDBG = str(Path(sys.executable).with_name("rldbg"))
+NAN_TASK = "data.task=nan_reward_task:NanOnceDigitShift"   # tests/nan_reward_task.py
+
+
+def _nan_at(step: int, rank: int) -> list[str]:
+    return [NAN_TASK, f"data.task_args={{n_digits: 1, nan_step: {step}, nan_rank: {rank}}}"]
 
 
 class Proto:   # a DataProto-like object: rldbg walks any `.tensors` mapping
@@ -94,7 +100,7 @@ def _report(trace: Path) -> dict:
 
 
 def test_reward_nan_stops_the_run_at_that_step_naming_the_rank(tmp_path):
-    proc, run = _train(tmp_path, "debug.test_nan_reward_step=1", "debug.test_nan_reward_rank=1")
+    proc, run = _train(tmp_path, *_nan_at(step=1, rank=1))
     assert proc.returncode == 1, proc.stderr[-3000:]
     err = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(err) == 1, proc.stderr[-3000:]
@@ -156,7 +162,7 @@ def test_healthy_run_raises_no_alarm(tmp_path):
 def test_warn_mode_goes_on_and_a_later_exception_saves_its_shard(tmp_path):
     """warn: the NaN reward is reported and training goes on; the NaN reaches the weights and
     the next rollout raises on the actor (the failure the issue saw, now with its shard on disk)."""
-    proc, run = _train(tmp_path, "debug.test_nan_reward_step=0", "debug.on_nonfinite=warn", steps=3)
+    proc, run = _train(tmp_path, *_nan_at(step=0, rank=0), "debug.on_nonfinite=warn", steps=3)
     assert "rldbg warning: non-finite output: reward rank 0 compute_scores at step 0" in proc.stderr
     assert (run / "failures" / "0-reward-0-compute_scores" / "output.pt").exists()
     assert proc.returncode != 0, proc.stderr[-3000:]
@@ -165,3 +171,40 @@ def test_warn_mode_goes_on_and_a_later_exception_saves_its_shard(tmp_path):
     assert "probability tensor contains" in (failed[0] / "error.txt").read_text()
     assert (failed[0] / "inputs.pt").exists()
     assert f"inputs and error saved to {failed[0]}" in proc.stderr
+
+
+def test_the_product_config_has_no_test_only_key(tmp_path):
+    """Faults are injected from the test side (above); a user's config shows only what users set."""
+    proc = subprocess.run([sys.executable, "-m", "reference_trainer", "--preset", "demo",
+                           f"trainer.run_dir={tmp_path}", "debug.test_nan_reward_step=1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.startswith("config error: unknown config key 'debug.test_nan_reward_step'; "
+                                  "known keys under debug: "), proc.stderr
+    import dataclasses
+
+    from reference_trainer.config import Config
+
+    def keys(node, prefix=""):
+        for f in dataclasses.fields(node):
+            value = getattr(node, f.name)
+            yield from keys(value, f"{prefix}{f.name}.") if dataclasses.is_dataclass(value) else [prefix + f.name]
+
+    every = list(keys(Config()))
+    assert len(every) > 50 and "debug.on_nonfinite" in every
+    assert [k for k in every if any(w in k.lower() for w in ("test", "fault", "inject", "fake"))] == []
+
+
+def test_a_task_of_the_users_own_is_named_module_colon_class(tmp_path):
+    from reference_trainer.config import ConfigError, load_config
+    cfg = load_config("demo", overrides=[NAN_TASK, "data.task_args={n_digits: 2, nan_step: 3}"])
+    assert cfg.data.task == "nan_reward_task:NanOnceDigitShift"
+    cases = {"data.task=no_such_module_here:Task": "cannot import 'no_such_module_here'",
+             "data.task=nan_reward_task:Missing": "nan_reward_task.Missing is nothing, not a Task subclass",
+             "data.task=sudoku": "unknown task 'sudoku'; accepted: a built-in task (count_up, digit_shift) or MODULE:CLASS"}
+    for override, message in cases.items():
+        with pytest.raises(ConfigError) as e:
+            load_config("demo", overrides=[override])
+        assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+    with pytest.raises(ConfigError, match=r"unknown parameter\(s\) \['nan_stp'\] for task"):
+        load_config("demo", overrides=[NAN_TASK, "data.task_args={nan_stp: 3}"])

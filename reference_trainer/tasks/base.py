@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from abc import ABC, abstractmethod
 
@@ -37,16 +38,35 @@ def register_task(cls: type[Task]) -> type[Task]:
     return cls
 
 
+TASK_FORM = "a built-in task ({known}) or MODULE:CLASS, a Task subclass importable on the driver and every worker"
+
+
 def get_task(name: str, **params) -> Task:
-    """Build a registered task; params go to its constructor (e.g. get_task("digit_shift", n_digits=4))."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
-    cls = TASKS[name]
+    """Build a task; params go to its constructor (e.g. get_task("digit_shift", n_digits=4)).
+    `name` is a built-in task or "package.module:ClassName", the user's own Task subclass (its
+    prompts and its score), imported where the task is used: the driver and the reward workers."""
+    cls = TASKS.get(name) or _import_task(name)
     accepted = [p for p in inspect.signature(cls).parameters]
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise ValueError(f"unknown parameter(s) {unknown} for task {name!r}; accepted: {accepted}")
     return cls(**params)
+
+
+def _import_task(name: str) -> type[Task]:
+    form = TASK_FORM.format(known=", ".join(sorted(TASKS)))
+    module_name, colon, attr = str(name).partition(":")
+    if not colon or not module_name or not attr:
+        raise ValueError(f"unknown task {name!r}; accepted: {form}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"task {name!r}: cannot import {module_name!r} ({e}); accepted: {form}") from None
+    cls = getattr(module, attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        what = "nothing" if cls is None else type(cls).__name__
+        raise ValueError(f"task {name!r}: {module_name}.{attr} is {what}, not a Task subclass; accepted: {form}")
+    return cls
 
 
 def response_tokens(response_text: str) -> list[str]:

@@ -1,9 +1,8 @@
-"""The reward role: decodes responses and scores them with the task's rule-based verifier."""
+"""The reward role: decodes responses and scores them with the task's rule-based verifier
+(a built-in task, or the user's own Task subclass named by data.task=MODULE:CLASS)."""
 from __future__ import annotations
 
 import torch
-
-from rldbg.context import current
 
 from reference_trainer.protocol import DataProto
 from reference_trainer.single_controller import Dispatch, Worker, register
@@ -30,8 +29,4 @@ class RewardWorker(Worker):
             text = self.tokenizer.decode(ids[m].tolist(), skip_special_tokens=True)
             scores.append(self.task.score(text, truth))
         scores = torch.tensor(scores, dtype=torch.float32)
-        d = self.config.debug
-        if d.test_nan_reward_step >= 0 and d.test_nan_reward_rank == self.rank \
-                and current().step == d.test_nan_reward_step:
-            scores[0] = float("nan")   # test-only fault injection (debug.test_nan_reward_step)
         return DataProto.from_dict(tensors={"scores": scores})
