@@ -42,7 +42,7 @@ from rldbg import switches
 from rldbg.context import WorkerIdentity, current, enter_call as _enter_call, leave_call as _leave_call, set_worker
 from rldbg.context import set_step as _set_step
 from rldbg.control import gate as _gate
-from rldbg.memory.probes import sample as _mem_sample
+from rldbg.memory.probes import sample as _mem_sample, sample_full as _mem_sample_full
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
 from rldbg.profilers.torch_prof import profile_call as _profile_call
 from rldbg.sentinel import CallChecks as _CallChecks
@@ -122,7 +122,13 @@ def _shard_brief(s) -> dict | None:
 
 
 def _mem_value(m: dict) -> int:
-    return m.get("device_used", m["rss"])
+    """The one figure a slice's mem_before/mem_after carry: the device's used bytes where the sample
+    has them (a transition's edges), else what the allocator reserved (a GPU call's edges, which
+    take no driver call), else RSS."""
+    v = m.get("device_used")
+    if v is None:
+        v = m.get("cuda_reserved", m["rss"])
+    return v
 
 
 # ---- driver -------------------------------------------------------------------------------
@@ -342,6 +348,8 @@ def transition(name: str, frees=(), loads=(), **args):
         with transition("reload_params", loads=("params",)): ...
     rldbg never guesses from the name: leak detection checks what a rank still holds after each
     transition that declares `frees`, and `rldbg top` marks transitions by what they declare.
+    Report the moved categories' new sizes with ledger() inside the block: `rldbg report` then
+    sets what the ledger says moved beside what the allocator and the device did.
     Other keyword arguments are recorded with the span."""
     frees, loads = _categories(frees, "frees"), _categories(loads, "loads")
     if frees:
@@ -359,7 +367,9 @@ def _transition_span(name: str, **args):
         return
     ctx = current()
     role, rank, stp, method = ctx.role, ctx.rank, ctx.step, ctx.method
-    m0 = _mem_sample()
+    # The device's view at both edges (not only the sampler's 10 Hz): what a transition returned
+    # to the GPU is read off these two samples (rldbg.analysis.transitions).
+    m0 = _mem_sample_full()
     t0 = time.time_ns()
     _rt.emit(memory_event(t0, role, rank, stp, method, m0))
     a = {"role": role, "rank": rank, "step": stp, "method": method, **args}
@@ -370,7 +380,7 @@ def _transition_span(name: str, **args):
         raise
     finally:
         t1 = time.time_ns()
-        m1 = _mem_sample()
+        m1 = _mem_sample_full()
         a["mem_before"], a["mem_after"] = _mem_value(m0), _mem_value(m1)
         _rt.emit(transition_event(name, t0, t1 - t0, role, rank, stp, method, a))
         _rt.emit(memory_event(t1, role, rank, stp, method, m1))

@@ -2,12 +2,10 @@
 on a real GPU: the optimizer's state leaves the device for pinned host memory and comes back
 unchanged, training with it offloaded every step gives the same weights as training without,
 and the probes see device memory taken and given back. Skipped where CUDA is absent (CI here);
-run on a GPU machine with `pytest -m gpu` (these need torch alone, not Ray)."""
+run on a GPU machine with `pytest -m gpu` (bench/gpu_check.sh does, under the suite's Ray conftest)."""
 from __future__ import annotations
 
 import copy
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,12 +20,9 @@ CUDA = torch.device("cuda")
 
 
 def _probes():
-    """rldbg.memory.probes by its file: it needs only the standard library (and torch, if loaded)."""
-    path = Path(__file__).parents[1] / "rldbg" / "memory" / "probes.py"
-    spec = importlib.util.spec_from_file_location("_rldbg_probes", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from rldbg.memory import probes
+
+    return probes
 
 
 def _model(seed: int = 0) -> torch.nn.Module:
@@ -70,19 +65,24 @@ def test_training_with_the_state_offloaded_to_host_every_step_matches_training_w
 
 
 def test_the_probes_see_device_memory_taken_and_given_back():
+    """sample() (every call's edges) reads the allocator only; sample_full() (a transition's edges,
+    the sampler) adds what the device says: the whole GPU's used bytes."""
     probes = _probes()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    base = probes.sample()
+    base = probes.sample_full()
     assert {"rss", "cuda_allocated", "cuda_reserved", "device_used"} <= set(base)
+    assert "device_used" not in probes.sample() and "cuda_reserved" in probes.sample()
     x = torch.empty(512 * MB, dtype=torch.uint8, device=CUDA)
     x.fill_(1)
     torch.cuda.synchronize()
-    held = probes.sample()
+    held = probes.sample_full()
     assert held["cuda_allocated"] - base["cuda_allocated"] >= 512 * MB
     assert held["device_used"] - base["device_used"] >= 500 * MB
     del x
+    held_cached = probes.sample_full()
+    assert held_cached["cuda_reserved"] - base["cuda_reserved"] >= 500 * MB   # freed, still cached
     torch.cuda.empty_cache()
-    after = probes.sample()
+    after = probes.sample_full()
     assert after["cuda_allocated"] <= base["cuda_allocated"]
     assert held["device_used"] - after["device_used"] >= 500 * MB

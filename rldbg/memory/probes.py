@@ -2,8 +2,16 @@
 
 CPU: resident set size from /proc/self/statm (one small read, no psutil).
 CUDA (only when torch is already imported and a device is present): the caching allocator's
-allocated/reserved bytes, and device-wide used = total - free from cudaMemGetInfo, which stays
-truthful when an engine (vLLM sleep mode) frees memory behind the allocator's back.
+allocated/reserved bytes.
+
+Two depths, because the edges of every worker call are on the training thread:
+  sample()       rss and the allocator's two counters (one call into torch's allocator, no
+                 driver call): cheap enough for every call's edges.
+  sample_full()  that, plus what the device says: the whole GPU's used bytes (cudaMemGetInfo).
+                 It stays truthful when an engine (vLLM's sleep mode) frees memory behind the
+                 allocator's back, and it is the only figure that shows what the allocator keeps
+                 cached. Taken at a transition's edges and by the background sampler, which adds
+                 each process's own bytes through NVML (rldbg.memory.sampler).
 """
 from __future__ import annotations
 
@@ -43,17 +51,39 @@ def _cuda_module():
     return _cuda or None
 
 
+def _allocator(cuda, out: dict) -> None:
+    # memory_allocated()/memory_reserved() each flatten and sort the allocator's whole statistics
+    # dict; the nested form is one call for both counters.
+    if not cuda.is_initialized():
+        return
+    stats = cuda.memory.memory_stats_as_nested_dict(cuda.current_device())
+    out["cuda_allocated"] = stats["allocated_bytes"]["all"]["current"]
+    out["cuda_reserved"] = stats["reserved_bytes"]["all"]["current"]
+
+
 def sample() -> dict:
-    """{series: bytes}: rss always; cuda_allocated, cuda_reserved, device_used with CUDA."""
+    """{series: bytes}: rss always; cuda_allocated, cuda_reserved with CUDA. No driver call."""
     out = {"rss": rss_bytes()}
     cuda = _cuda_module()
     if cuda is not None:
         try:
-            dev = cuda.current_device()
-            out["cuda_allocated"] = cuda.memory_allocated(dev)
-            out["cuda_reserved"] = cuda.memory_reserved(dev)
-            free, total = cuda.mem_get_info(dev)
-            out["device_used"] = total - free
+            _allocator(cuda, out)
         except Exception:
             pass
+    return out
+
+
+def sample_full() -> dict:
+    """sample() plus, with CUDA, device_used: the whole GPU's used bytes, every process together
+    (one cudaMemGetInfo). The whole GPU, not this process: a rollout server in another process
+    that a transition puts to sleep returns its memory there too."""
+    out = sample()
+    if "cuda_allocated" not in out:
+        return out
+    cuda = _cuda_module()
+    try:
+        free, total = cuda.mem_get_info(cuda.current_device())
+        out["device_used"] = total - free
+    except Exception:
+        pass
     return out

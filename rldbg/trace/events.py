@@ -30,6 +30,8 @@ SLICE, INSTANT, COUNTER, DRIVER_CALL = "X", "i", "C", "D"
 
 # Counter event names; the exporter turns them into per-rank tracks "rank N <name> <series>".
 MEMORY, LEDGER = "memory", "ledger"
+# The cat of a GPU's own counter ("gpu0 memory": used, total, and "pid N" per process on it).
+GPU = "gpu"
 
 # Keys in a transition's args declaring what it moves.
 FREES, LOADS = "frees", "loads"
