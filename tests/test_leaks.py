@@ -58,3 +58,35 @@ def test_top_flags_only_the_leaky_rank():
         for _ in range(3):
             store.add(src.poll().events)
         assert [f[:len(expected[0])] if expected else f for f in store.flags.values()] == expected
+
+
+def test_rldbg_top_names_a_sleep_that_never_returns_its_bytes_and_only_that_rank():
+    """The store `rldbg top` folds events into judges transitions as `rldbg report` does
+    (rldbg.analysis.transitions.Live): rank 1's sleep frees 96 MiB by its ledger but its device
+    memory stays, every cycle; rank 0's returns it. Events as the hub serves them."""
+    from rldbg.trace.events import ledger_event, memory_event, to_dict, transition_event
+    from rldbg.tui.model import EventStore
+
+    MiB = 1 << 20
+    store, events, t = EventStore(), [], 1_000_000_000
+    for step in range(6):
+        for rank in (0, 1):
+            dev = 2000 * MiB
+            events.append(ledger_event(t, "actor", rank, step, "generate", "rollout_weights", 96 * MiB))
+            t0, t1 = t + 1_000_000, t + 3_000_000
+            before = {"rss": 500 * MiB, "cuda_allocated": 900 * MiB, "cuda_reserved": 1200 * MiB, "device_used": dev}
+            freed = 0 if rank == 1 else 96 * MiB
+            after = {"rss": 500 * MiB, "cuda_allocated": 900 * MiB - freed, "cuda_reserved": 1200 * MiB - freed,
+                     "device_used": dev - freed}
+            events.append(memory_event(t0, "actor", rank, step, "to_train_mode", before))
+            events.append(ledger_event(t1 - 1000, "actor", rank, step, "to_train_mode", "rollout_weights", 0))
+            events.append(transition_event("rollout_sleep", t0, t1 - t0, "actor", rank, step, "to_train_mode",
+                                           {"frees": ["rollout_weights"], "mem_before": dev, "mem_after": dev - freed}))
+            events.append(memory_event(t1, "actor", rank, step, "to_train_mode", after))
+        t += 100_000_000
+    for i in range(0, len(events), 7):   # polls cut the stream anywhere, even between a transition and its end sample
+        store.add([to_dict(e) for e in events[i:i + 7]])
+    flags = [f for k, f in store.flags.items() if k[0] == "not_returned"]
+    assert len(flags) == 1, store.flags
+    assert flags[0].startswith("actor rank 1: rollout_sleep frees 96.0 MiB (rollout_weights) but returns 0.0 MiB "
+                               "to the GPU, every cycle (5 after warm-up): not freed"), flags

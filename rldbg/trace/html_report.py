@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 
+from rldbg.analysis import transitions as transition_analysis
 from rldbg.trace.report import Cover, Trace, analyse_trace, by_call
 
 MAX_POINTS = 500      # per series: keeps the page small and quick for long runs
@@ -168,6 +169,21 @@ def _leak_rows(leaks: list[dict]) -> list[dict]:
     return rows
 
 
+def _transition_rows(rows: list[dict]) -> list[dict]:
+    def mib(b):
+        return "" if b is None else f"{b / 2**20:+.1f} MiB"
+
+    out = []
+    for r in rows:
+        ledger = -r["ledger_freed"] if r["declared"]["frees"] else r["ledger_loaded"]
+        gpu = r["device"] == "cuda"
+        out.append({"role": r["role"], "rank": r["rank"], "transition": r["transition"], "cycles": r["cycles"],
+                    "ledger": mib(ledger), "alloc": mib(r["allocated_delta"]), "reserved": mib(r["reserved_delta"]),
+                    "device": mib(r["device_delta"] if gpu else r["rss_delta"]),
+                    "verdict": r["cause"] or ""})
+    return out
+
+
 CSS = """
 body{font-family:sans-serif;margin:24px auto;max-width:960px;color:#222}
 h1{font-size:1.4em} h2{font-size:1.1em;margin-top:2em;border-bottom:1px solid #ddd}
@@ -202,6 +218,20 @@ def render_html(path: str, analysed: tuple | None = None) -> str:
     parts.append("<h2>Leak suspicions</h2>" + _table(
         _leak_rows(r["leaks"]), [("role", "role"), ("rank", "rank"), ("category / transition", "what"),
                                  ("amount", "amount"), ("detail", "detail")], "none", "alarm"))
+    parts.append("<h2>Memory not returned</h2>" + _table(
+        [{"what": transition_analysis.describe(f)} for f in r.get("not_returned") or []],
+        [("finding", "what")], "none: every freeing transition gave its bytes back", "alarm"))
+    parts.append("<h2>Memory by transition</h2>" + _table(
+        _transition_rows(r.get("transitions") or []),
+        [("role", "role"), ("rank", "rank"), ("transition [ledger categories]", "transition"), ("cycles", "cycles"),
+         ("ledger", "ledger"), ("allocated", "alloc"), ("reserved", "reserved"), ("device / RSS", "device"),
+         ("verdict", "verdict")], "no transition declares frees/loads"))
+    gpu_rows = [{"gpu": g["gpu"], "pid": p["pid"], "who": p["who"] or "not a rank of this job",
+                 "peak": _mib(p["peak_bytes"]), "last": _mib(p["last_bytes"])}
+                for g in r.get("gpus") or [] for p in g["processes"]]
+    if gpu_rows:
+        parts.append("<h2>GPU memory by process</h2>" + _table(
+            gpu_rows, [("GPU", "gpu"), ("pid", "pid"), ("process", "who"), ("peak", "peak"), ("last", "last")], ""))
     parts.append("<h2>Non-finite values</h2>" + _table(
         r["nonfinite"], [("role", "role"), ("rank", "rank"), ("method", "method"), ("step", "step"),
                              ("output key", "key"), ("elements", "count")], "none recorded", "alarm"))

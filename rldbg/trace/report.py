@@ -12,6 +12,7 @@ import statistics
 from collections import defaultdict
 
 from rldbg import sentinel
+from rldbg.analysis import gpus as gpu_analysis, transitions as transition_analysis
 from rldbg.memory.leaks import describe, leak_suspicions, observe
 from rldbg.trace.events import moves
 from rldbg.trace.forked import Forked, HelperLost
@@ -250,15 +251,17 @@ def analysis(t: Trace, jobs: int = 1) -> dict:
     apart = jobs > 1 and len(t.calls) + len(t.transitions) >= PEAKS_APART
 
     def memory() -> tuple:
-        return memory_peaks(t), leaks(t)
+        return memory_peaks(t), leaks(t), transition_analysis.analyse(t)
     with no_gc(), (Forked(memory) if apart else contextlib.nullcontext()) as helper:
         out = {"trace": t.path, "ranks": ranks(t.meta), "clock": clock(t.instants), "time": role_shares(t),
                **stragglers(t), "controller": controller_idle(t), "memory_peaks": None,
                "leaks": None, "nonfinite": sentinel.alarms(t.instants)}
         try:
-            out["memory_peaks"], out["leaks"] = helper.result() if helper is not None else memory()
+            out["memory_peaks"], out["leaks"], moved = helper.result() if helper is not None else memory()
         except HelperLost:
-            out["memory_peaks"], out["leaks"] = memory()
+            out["memory_peaks"], out["leaks"], moved = memory()
+        out.update(moved)
+        out["gpus"] = gpu_analysis.analyse(t, out["ranks"])
     return out
 
 
@@ -293,6 +296,10 @@ def render(r: dict) -> str:
     lines += ["", "memory peak per phase:"]
     lines += [f"  {p['role']:<16} {p['phase']:<24} {_mib(p['peak_bytes']):>12}  (rank {p['rank']})"
               for p in r["memory_peaks"]]
+    if r.get("transitions") is not None:
+        lines += [""] + transition_analysis.render(r["transitions"], r.get("not_returned") or [])
+    if r.get("gpus"):
+        lines += [""] + gpu_analysis.render(r["gpus"])
     lines += ["", "leak suspicions:" if r["leaks"] else "leak suspicions: none"]
     lines += [f"  {describe(k)}" for k in r["leaks"]]
     lines += [""] + sentinel.render(r.get("nonfinite") or [])

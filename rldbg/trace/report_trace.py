@@ -16,6 +16,8 @@ from rldbg.trace.load import TraceFileError, phases, ts_ns
 from rldbg.trace.load_pieces import read_by_phase
 
 _RANK_COUNTER = re.compile(r"^rank (\d+) (memory|ledger)$")
+# A GPU's own counter, recorded by the memory sampler of each rank on it (rldbg.memory.sampler).
+_GPU_COUNTER = re.compile(r"^rank (\d+) (gpu\d+) memory$")
 
 
 def process_names(meta: list) -> dict:
@@ -51,7 +53,7 @@ _DROPPED = "rldbg dropped events"   # the exporter's counter of events dropped b
 
 def _wanted_counter(name: str) -> bool:
     """The counter tracks an analysis reads: a rank's memory or ledger, and the drop counter."""
-    return name == _DROPPED or _RANK_COUNTER.match(name) is not None
+    return name == _DROPPED or _RANK_COUNTER.match(name) is not None or _GPU_COUNTER.match(name) is not None
 
 
 def _ns(v) -> int:
@@ -126,6 +128,7 @@ class Trace:
         self.calls, self.transitions, self.driver_calls, self.steps = [], [], [], []
         self.mem: dict = defaultdict(list)       # (role, rank, series) -> [(ts, value)]
         self.ledger: dict = defaultdict(list)    # (role, rank, category) -> [(ts, value)]
+        self.gpus: dict = {}                     # (node id, "gpu0") -> {series: [(ts, value)]}
         self.meta: list = []                     # the "M" events: process and rank names
         self.instants: list = []                 # the instants in _KEPT_INSTANTS, in order
         self.dropped_total = 0                   # the _DROPPED counter's latest total
@@ -252,6 +255,9 @@ class Trace:
                                f"does not write ({', '.join(f'{k} {n}' for k, n in sorted(self.odd_fields.items()))})")
         if self.odd_samples:
             self.damage.append(f"{self.odd_samples} counter sample(s) skipped: a value that is not a number")
+        nodes = {(e.get("pid"), e.get("tid")): str((e.get("args") or {}).get("node_id") or "")
+                 for e in self.meta if e.get("name") == "thread_name" and type(e.get("tid")) is int
+                 and type(e.get("pid")).__hash__ is not None}
         for (pid, name), series_of in self.counters.items():
             if not series_of:
                 continue
@@ -261,6 +267,12 @@ class Trace:
                     self.dropped_total = total[-1][1] or 0
                 continue
             m, role = _RANK_COUNTER.match(name), names.get(pid)
+            if m is None:
+                g = _GPU_COUNTER.match(name)
+                into = self.gpus.setdefault((nodes.get((pid, int(g.group(1)) + 1), ""), g.group(2)), {})
+                for series, samples in series_of.items():
+                    into.setdefault(series, []).extend(samples)
+                continue
             if role is None:
                 continue   # a process never named: its samples belong to no role
             into = self.mem if m.group(2) == "memory" else self.ledger
@@ -268,7 +280,7 @@ class Trace:
             for series, samples in series_of.items():
                 into[(role, rank, series)] += samples
         self.counters = {}
-        for d in (self.mem, self.ledger):
+        for d in (self.mem, self.ledger, *self.gpus.values()):
             for v in d.values():
                 v.sort()
         return self

@@ -11,6 +11,7 @@ import collections
 from dataclasses import dataclass, field
 
 from rldbg import sentinel
+from rldbg.analysis import transitions as truth
 from rldbg.debug.registry import identify
 from rldbg.memory.leaks import MIN_CYCLES, WARMUP_CYCLES, describe, leak_suspicions, observe
 from rldbg.trace.events import moves
@@ -52,6 +53,7 @@ class Lane:
     ledger: dict = field(default_factory=dict)
     cycles: dict = field(default_factory=dict)   # freeing transition -> deque of leaks.Cycle
     flagged: dict = field(default_factory=dict)  # freeing transition -> its keys in EventStore.flags
+    truth: truth.Live = field(default_factory=truth.Live)   # what transitions gave back (rldbg.analysis)
 
     @property
     def in_call(self) -> bool:
@@ -77,6 +79,12 @@ class EventStore:
             except (TypeError, ValueError, KeyError, AttributeError):
                 continue   # a malformed event never takes the view down
         self.count += len(events)
+        for (role, rank), lane in list(self.lanes.items()):
+            if lane.truth.pending and lane.truth.judge():
+                for key in [k for k in self.flags if k[:3] == ("not_returned", role, rank)]:
+                    del self.flags[key]
+                for f in lane.truth.findings(role, rank):
+                    self.flags[("not_returned", role, rank, f["transition"])] = truth.describe(f)
 
     def _one(self, e: dict) -> None:
         ph, cat, ts = e.get("ph"), e.get("cat"), int(e.get("ts_ns") or 0)
@@ -86,6 +94,7 @@ class EventStore:
         if ph == "C":
             lane = self.lanes[(role, rank)]
             if cat == "memory":
+                lane.truth.memory(ts, args)
                 v = mem_value(args)
                 if v is not None:
                     lane.mem.append((ts, v))
@@ -96,6 +105,7 @@ class EventStore:
                     lane.method, lane.step = e.get("method"), e.get("step")
             elif cat == "ledger":
                 lane.ledger.update({k: int(v) for k, v in args.items()})
+                lane.truth.ledger_report(ts, args)
         elif ph == "X" and cat in ("call", "transition"):
             self._slice((role, rank), (ts, dur, e.get("name"), cat, e.get("step"), args.get("status")))
             lane = self.lanes[(role, rank)]
@@ -106,6 +116,7 @@ class EventStore:
                     self.note(ts, "error", f"{role} rank {rank} {e.get('name')} failed ({args['status']})")
             else:
                 lane.marks.append((ts + dur, marker_of(args), e.get("name")))
+                lane.truth.transition(e.get("name") or "", ts, dur, e.get("step"), args)
                 self._check_leak(role, rank, lane, e.get("name") or "", args, e.get("step"), ts + dur)
         elif ph == "X" and cat == "step":
             self.steps.setdefault(e.get("step"), [ts, None])[1] = ts + dur
