@@ -336,6 +336,13 @@ def check_fits(cfg: Config, cluster: dict, where: str) -> None:
     need = required_resources(cfg)
     r = cfg.resources
     uses_gpu = r.device == "cuda" or (r.device == "auto" and cluster.get("GPU", 0) > 0)
+    if uses_gpu and r.n_ranks > 1 and r.gpus_per_rank < 1:
+        # Ray packs fractional GPUs onto one device, and NCCL refuses two ranks of a group on one
+        # GPU ("Duplicate GPU detected") only after every rank has built its model: say it now.
+        raise ConfigError(
+            f"resources.gpus_per_rank={r.gpus_per_rank:g} with resources.n_ranks={r.n_ranks} lets Ray put two "
+            f"ranks on one GPU, and NCCL refuses ranks of one group that share a GPU; set "
+            f"resources.gpus_per_rank=1 (a GPU per rank) or resources.n_ranks=1")
     for kind in ("CPU", "GPU") if uses_gpu else ("CPU",):
         have = float(cluster.get(kind, 0))
         if need[kind] > have + 1e-9:

@@ -23,6 +23,7 @@ class HFEngine(RolloutEngine):
         self._cache = None
         self._weights_state = "awake"  # awake | offloaded | dropped
         self._params = list(self.model.parameters()) + list(self.model.buffers())
+        self._device = self._params[0].device if self._params else torch.device("cpu")
 
     @torch.no_grad()
     def generate(self, input_ids, attention_mask, sampling: SamplingConfig):
@@ -93,7 +94,7 @@ class HFEngine(RolloutEngine):
         self._weights_state = "awake"
 
     def sleep(self, level: int) -> None:
-        self.release_kv_cache()
+        self._cache = None
         if level == 1 and self._offloader is not None:
             self._offloader.offload("rollout_weights", self._params)
             self._weights_state = "offloaded"
@@ -111,10 +112,15 @@ class HFEngine(RolloutEngine):
         # "dropped" weights come back with the next load_weights; the HF cache is built per generate.
 
     def release_kv_cache(self) -> None:
+        if self._cache is None:
+            return
         self._cache = None
+        if self._offloader is not None:
+            self._offloader.give_back_memory()
 
     def memory_ledger(self) -> dict[str, int]:
-        weights = sum(t.numel() * t.element_size() for t in self._params)
+        # On the compute device only: weights a level-1 sleep put on the host have left it.
+        weights = sum(t.numel() * t.element_size() for t in self._params if t.device.type == self._device.type)
         kv = 0
         if self._cache is not None:
             for layer in getattr(self._cache, "layers", []):

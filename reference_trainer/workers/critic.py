@@ -89,6 +89,6 @@ class CriticWorker(Worker):
         self.optimizer.load_state_dict(state["optimizer"])
 
     def _report_ledger(self) -> None:
-        instrument.ledger("critic_params", ops.tensor_bytes(self.model.parameters()))
-        instrument.ledger("critic_optimizer", ops.tensor_bytes(ops.optimizer_tensors(self.optimizer)))
+        instrument.ledger("critic_params", ops.tensor_bytes(self.model.parameters(), self.device))
+        instrument.ledger("critic_optimizer", ops.tensor_bytes(ops.optimizer_tensors(self.optimizer), self.device))
 

@@ -7,6 +7,7 @@ one rank, switching between train mode and rollout mode through named transition
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
@@ -53,6 +54,7 @@ class ActorRolloutRefWorker(Worker):
         self.model.train()
         self.optimizer = ops.adamw(self.model.parameters(), lr=cfg.actor.lr, weight_decay=cfg.actor.weight_decay)
         self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self._params, self._ref_params = list(self.model.parameters()), list(self.ref.parameters())
         self.rollout = self._make_rollout()
         self.mode = "train"
         self._report_ledger()
@@ -75,39 +77,39 @@ class ActorRolloutRefWorker(Worker):
     def to_rollout_mode(self) -> None:
         off = self.config.offload
         # The call's own span marks the mode switch; each step inside is a transition of its own.
-        with instrument.transition("rollout_wake", loads=("rollout_weights",), tags="weights"):
+        with self._transition("rollout_wake", loads=("rollout_weights",), tags="weights"):
             self.rollout.wake_up(tags=("weights",))
-        with instrument.transition("sync_weights"):
+        # After a level-2 sleep the weights come back here, allocated anew by the copy.
+        with self._transition("sync_weights", loads=("rollout_weights",)):
             self.rollout.load_weights((n, t.detach()) for n, t in self._named_weights())
-        with instrument.transition("rollout_wake", loads=("kv_cache",), tags="kv_cache"):
+        with self._transition("rollout_wake", loads=("kv_cache",), tags="kv_cache"):
             self.rollout.wake_up(tags=("kv_cache",))
         if off.grads:
-            with instrument.transition("offload_grads", frees=("grads",)):
+            with self._transition("offload_grads", frees=("grads",)):
                 self.optimizer.zero_grad(set_to_none=True)
+                self.offloader.give_back_memory()
         if off.optimizer:
-            with instrument.transition("offload_optimizer", frees=("optimizer",)):
+            with self._transition("offload_optimizer", frees=("optimizer",)):
                 self.offloader.offload("optimizer", ops.optimizer_tensors(self.optimizer))
         if off.params:
-            with instrument.transition("offload_params", frees=("params",)):
+            with self._transition("offload_params", frees=("params",)):
                 self.offloader.offload("actor_params", list(self.model.parameters()))
         self.mode = "rollout"
-        self._report_ledger()
 
     @register(Dispatch.ONE_TO_ALL)
     def to_train_mode(self) -> None:
-        with instrument.transition("release_kv_cache", frees=("kv_cache",)):
+        with self._transition("release_kv_cache", frees=("kv_cache",)):
             self.rollout.release_kv_cache()
         level = self.config.rollout.sleep_level
-        with instrument.transition("rollout_sleep", frees=("rollout_weights", "kv_cache"), level=level):
+        with self._transition("rollout_sleep", frees=("rollout_weights", "kv_cache"), level=level):
             self.rollout.sleep(level)
         if self.offloader.is_offloaded("actor_params"):
-            with instrument.transition("reload_params", loads=("params",)):
+            with self._transition("reload_params", loads=("params",)):
                 self.offloader.reload("actor_params")
         if self.offloader.is_offloaded("optimizer"):
-            with instrument.transition("reload_optimizer", loads=("optimizer",)):
+            with self._transition("reload_optimizer", loads=("optimizer",)):
                 self.offloader.reload("optimizer")
         self.mode = "train"
-        self._report_ledger()
 
     # ---- rollout ------------------------------------------------------------------------
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -120,7 +122,7 @@ class ActorRolloutRefWorker(Worker):
         mask = prompts.tensors["attention_mask"].to(self.device)
         responses = self.rollout.generate(ids, mask, SamplingConfig(r.max_new_tokens, r.temperature, r.top_p))
         resp_mask = ops.response_mask_from(responses, self.tokenizer.eos_token_id)
-        self._report_ledger()  # the KV cache is alive until to_train_mode releases it
+        self._report_ledger({"kv_cache"})  # alive until to_train_mode releases it
         return DataProto.from_dict(
             tensors={"prompts": ids.cpu(), "responses": responses.cpu(),
                      "input_ids": torch.cat([ids, responses], -1).cpu(),
@@ -141,11 +143,11 @@ class ActorRolloutRefWorker(Worker):
     @register(Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, batch: DataProto) -> DataProto:
         if self.config.offload.ref and self.offloader.is_offloaded("ref_params"):
-            with instrument.transition("reload_ref", loads=("ref_params",)):
+            with self._transition("reload_ref", loads=("ref_params",)):
                 self.offloader.reload("ref_params")
         logp, _ = self._logprobs(self.ref, batch)
         if self.config.offload.ref:
-            with instrument.transition("offload_ref", frees=("ref_params",)):
+            with self._transition("offload_ref", frees=("ref_params",)):
                 self.offloader.offload("ref_params", list(self.ref.parameters()))
         return DataProto.from_dict(tensors={"ref_log_probs": logp})
 
@@ -202,7 +204,7 @@ class ActorRolloutRefWorker(Worker):
         metrics = ops.minibatch_update(batch, self.model, self.optimizer, a.mini_batch_size, a.micro_batch_size,
                                        a.ppo_epochs, a.grad_clip, a.loss_agg, loss_fn)
         metrics["actor/lr"] = [self.optimizer.param_groups[0]["lr"]]
-        self._report_ledger()
+        self._report_ledger({"grads", "optimizer"})
         return DataProto.from_dict(meta={"metrics": metrics})
 
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -220,6 +222,7 @@ class ActorRolloutRefWorker(Worker):
 
         metrics = ops.minibatch_update(batch, self.model, self.optimizer, len(batch) * ops.world_size(),
                                        a.micro_batch_size, 1, a.grad_clip, "token-mean", loss_fn)
+        self._report_ledger({"grads", "optimizer"})
         return DataProto.from_dict(meta={"metrics": metrics})
 
     @register(Dispatch.ONE_TO_ALL)
@@ -241,6 +244,7 @@ class ActorRolloutRefWorker(Worker):
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.ref.load_state_dict(state["ref"])
+        self._report_ledger()
 
     @register(Dispatch.ONE_TO_ALL)
     def weights_checksum(self) -> float:
@@ -255,20 +259,37 @@ class ActorRolloutRefWorker(Worker):
         yield from self.model.named_parameters()
         yield from self.model.named_buffers()
 
-    def _ledger(self) -> dict[str, int]:
-        ledger = {
-            "params": ops.tensor_bytes(self.model.parameters()),
-            "grads": ops.tensor_bytes(p.grad for p in self.model.parameters() if p.grad is not None),
-            "optimizer": ops.tensor_bytes(ops.optimizer_tensors(self.optimizer)),
-            "ref_params": ops.tensor_bytes(self.ref.parameters()),
+    def _ledger(self, only=None) -> dict[str, int]:
+        """Bytes by category on the compute device (what an offload moves to the host leaves it);
+        with `only`, just those categories (a transition reports what it declares)."""
+        # Lists kept from init_model: walking the module tree for its parameters costs more than
+        # the counting, and an offload swaps a parameter's storage, never the parameter.
+        dev, params, ref = self.device, self._params, self._ref_params
+        measure = {
+            "params": lambda: ops.tensor_bytes(params, dev),
+            "grads": lambda: ops.tensor_bytes((p.grad for p in params if p.grad is not None), dev),
+            "optimizer": lambda: ops.tensor_bytes(ops.optimizer_tensors(self.optimizer), dev),
+            "ref_params": lambda: ops.tensor_bytes(ref, dev),
         }
-        ledger.update(self.rollout.memory_ledger())
+        ledger = {k: f() for k, f in measure.items() if only is None or k in only}
+        if only is None or not only <= measure.keys():
+            ledger.update((k, v) for k, v in self.rollout.memory_ledger().items() if only is None or k in only)
         return ledger
 
-    def _report_ledger(self) -> None:
-        for category, nbytes in self._ledger().items():
+    def _report_ledger(self, only=None) -> None:
+        if not instrument.enabled():
+            return   # the byte counts walk every tensor: only worth it when someone records them
+        for category, nbytes in self._ledger(only).items():
             instrument.ledger(category, nbytes)
 
+    @contextlib.contextmanager
+    def _transition(self, name: str, frees=(), loads=(), **args):
+        """A transition that reports the categories it declares as its last act, so that rldbg
+        sets what the ledger says moved beside what the allocator and the device did."""
+        with instrument.transition(name, frees=frees, loads=loads, **args):
+            yield
+            if frees or loads:
+                self._report_ledger(set(frees) | set(loads))
 
 
 def _rss_bytes() -> int:

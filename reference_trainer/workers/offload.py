@@ -71,8 +71,7 @@ class Offloader:
                 host = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
                 host.copy_(t.data, non_blocking=True)
                 t.data = host
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
+            self.give_back_memory()
         elif tensors:
             held = self._files.get(group)
             if held is None or not held.holds(tensors):
@@ -104,7 +103,15 @@ class Offloader:
         return sum(t.numel() * t.element_size() for t in tensors)
 
     def give_back_memory(self) -> None:
-        if _libc is not None:
+        """Hand freed memory back to whoever else could use it. On a GPU, torch's caching
+        allocator keeps freed blocks reserved for this process: a freed tensor returns nothing to
+        the device (rldbg report shows "kept in the allocator's cache") until the cache is
+        emptied, as VeRL's sharding managers do after each offload. On the CPU, glibc keeps
+        freed heap pages until trimmed."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)   # blocks still used by queued kernels are not free yet
+            torch.cuda.empty_cache()
+        elif _libc is not None:
             try:
                 _libc.malloc_trim(0)
             except AttributeError:

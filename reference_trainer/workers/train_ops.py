@@ -142,8 +142,13 @@ def adamw(params, **kwargs) -> torch.optim.AdamW:
     return torch.optim.AdamW(params, fused=True, **kwargs)
 
 
-def tensor_bytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+def tensor_bytes(tensors, device: torch.device | None = None) -> int:
+    """Element bytes of the tensors; with `device`, of those on that kind of device only (what an
+    offload to the host takes off the GPU leaves the ledger's GPU figure, as it leaves the GPU)."""
+    if device is None:
+        return sum(t.nbytes for t in tensors if isinstance(t, torch.Tensor))
+    on_gpu = torch.device(device).type == "cuda"
+    return sum(t.nbytes for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda == on_gpu)
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
