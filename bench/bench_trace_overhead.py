@@ -1,5 +1,6 @@
 """Tracing overhead on the reference trainer's demo, measured in one run:
-    python bench/bench_trace_overhead.py [--rounds 4] [--steps 5]
+    python bench/bench_trace_overhead.py [--rounds 4] [--steps 5] [KEY=VALUE ...]
+    python bench/bench_trace_overhead.py --rounds 40 resources.device=cuda resources.n_ranks=1   # a GPU
 
 Builds the demo's worker groups once, then alternates blocks of untraced and traced steps
 (tracing started and stopped around each traced block, outside the timed region) so machine
@@ -54,10 +55,13 @@ def main() -> None:
     ap.add_argument("--memory-hz", type=float, default=10.0)
     ap.add_argument("--idle-seconds", type=float, default=4.0, help="length of each idle window")
     ap.add_argument("--idle-rounds", type=int, default=3, help="untraced/traced idle window pairs")
+    ap.add_argument("--num-cpus", type=int, default=2, help="the local Ray cluster's CPUs")
+    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                    help="demo config overrides, e.g. resources.device=cuda resources.n_ranks=1 on a GPU")
     a = ap.parse_args()
     cfg = load_config("demo", overrides=["trace.enabled=false", "control.enabled=false", "trainer.progress=false",
-                                         f"trainer.run_dir={tempfile.mkdtemp()}"])
-    ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+                                         f"trainer.run_dir={tempfile.mkdtemp()}", *a.overrides])
+    ray.init(num_cpus=a.num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     try:
         # The demo's workers after its SFT warm start, its prompts step by step.
         with DemoSteps(cfg) as run:
