@@ -5,7 +5,9 @@ else the dashboard in a live run's hub file, else the newest Ray session's; star
 the run: with no hub yet it says "waiting for a run" and keeps looking). With several runs in view it
 lists them and asks which one (or needs --job RUN when not on a terminal): it never picks one silently.
 The hub's token comes from ~/.rldbg/hub-<job>-<pid>.json on the driver's machine, or --token / RLDBG_TOKEN.
---once prints the roles table and the gate state once, without a terminal UI (for scripts, CI logs).
+--once prints the roles table and the gate state once, without a terminal UI (for scripts, CI logs);
+on a loaded machine it waits up to --wait seconds for the dashboard and the hub, and says what it
+waited for.
 """
 from __future__ import annotations
 
@@ -22,6 +24,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--token", help="the hub's token (default: $RLDBG_TOKEN or ~/.rldbg/hub-<job>-<pid>.json)")
     parser.add_argument("--once", action="store_true", help="print one snapshot (roles + gate) and exit")
     parser.add_argument("--refresh", type=float, default=1.0, help="seconds between polls (default 1)")
+    parser.add_argument("--wait", type=float, default=60.0, metavar="S",
+                        help="with --once: seconds to wait for a slow dashboard or hub (default 60)")
+
+# --once names what it waited for when an answer took at least this long (a loaded machine).
+SLOW_ANSWER_S = 1.0
 
 
 def run(args) -> int:
@@ -31,10 +38,14 @@ def run(args) -> int:
     if not 0.05 <= args.refresh <= 60:
         print(f"rldbg top: --refresh {args.refresh} must be between 0.05 and 60 seconds", file=sys.stderr)
         return 2
+    if not 1 <= args.wait <= 3600:
+        print(f"rldbg top: --wait {args.wait} must be between 1 and 3600 seconds", file=sys.stderr)
+        return 2
     from rldbg.control.discovery import RunChoiceError, resolve_dashboard
     try:
         address, origin = resolve_dashboard(args.address, args.job)
-        source = LiveSource(address, args.job, args.token)
+        # The live TUI asks again every --refresh; a single --once snapshot waits for its answers.
+        source = LiveSource(address, args.job, args.token, timeout=args.wait if args.once else 5.0)
         source.dash.get("/api/v0/actors", [("limit", "1")])   # fail fast, in one line, on a wrong address
         print(f"rldbg top: cluster at {source.address} (from {origin})", file=sys.stderr, flush=True)
         if args.job is None:
@@ -54,7 +65,7 @@ def pick_run(source, interactive: bool) -> str | None:
     """None when zero or one run is in view (the poll waits for / takes it); the chosen run's id
     when several are; RunChoiceError when several are and nobody can be asked."""
     from rldbg.control.discovery import RunChoiceError, describe, discover
-    hubs = discover(source.address)
+    hubs = discover(source.address, timeout=getattr(source, "timeout", 10.0))
     if len(hubs) <= 1:
         return None
     if not interactive:
@@ -77,6 +88,11 @@ def once(source) -> int:
 
     source.catch_up = True   # the newest state of every worker, not the first page of the backlog
     view = Model(source.address).update(source.poll())
+    slow = [(what, s) for what, s in getattr(source, "waited", {}).items() if s >= SLOW_ANSWER_S]
+    if slow:
+        print("rldbg top: waited " + ", ".join(f"{s:.1f} s for {what}" for what, s in slow)
+              + f" (a busy machine answers slowly; --wait {source.timeout:g} bounds each answer)",
+              file=sys.stderr, flush=True)
     print(f"rldbg top: {view.message or view.status}" if view.status != "connected" else
           f"rldbg top: run {source.job or view.job_id}  job {view.job_id}  hub {view.hub_url}  step {view.state.get('step')}  "
           f"calls done {view.state.get('calls_done')}")

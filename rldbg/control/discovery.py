@@ -162,16 +162,16 @@ def parse_hub_repr(text: str) -> dict | None:
     return {"url": url, "job_id": job} if url else None
 
 
-def discover(dashboard_address: str | None = None) -> list[dict]:
+def discover(dashboard_address: str | None = None, timeout: float = 10.0) -> list[dict]:
     """Live hubs of one cluster: [{url, job_id, run, token|None, pid?}], via its dashboard; the
     token comes from the hub file with the same URL when this machine has it. Raises
-    DashboardError (one line) if the dashboard is down."""
+    DashboardError (one line) if the dashboard is down or has not answered within `timeout` s."""
     from rldbg.dashboard import Dashboard
 
     files = read_hub_files()
     by_url = {f.get("url"): f for f in files}
     hubs = []
-    for a in Dashboard(dashboard_address).actors(detail=True, filters=[("state", "=", "ALIVE")]):
+    for a in Dashboard(dashboard_address, timeout=timeout).actors(detail=True, filters=[("state", "=", "ALIVE")]):
         found = parse_hub_repr(a.get("repr_name") or "")
         if found is None and a.get("class_name") != CLASS_NAME:
             continue

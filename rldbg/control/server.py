@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import sys
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,9 +24,19 @@ MAX_BODY = 1 << 20
 MAX_EVENTS = 50_000
 
 
+# A client that hangs up before its answer is written (a `rldbg top --once` that gave up, a
+# closed browser tab) is normal: nothing to report for it.
+_HUNG_UP = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], _HUNG_UP):
+            return
+        super().handle_error(request, client_address)   # a real bug keeps its traceback
 
 
 def serve(hub, host: str, port: int, token: str):
@@ -42,11 +53,14 @@ def serve(hub, host: str, port: int, token: str):
 
         def _send(self, code: int, body: dict) -> None:
             data = json.dumps(body, default=str).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except _HUNG_UP:
+                self.close_connection = True
 
         def _authorized(self) -> bool:
             got = (self.headers.get("Authorization") or "").encode()

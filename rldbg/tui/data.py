@@ -7,6 +7,7 @@ Other sources (the benchmark's and the snapshot tests' synthetic ones) implement
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ class LiveSource(DataSource):
                  timeout: float = 5.0):
         self.dash = Dashboard(address, timeout=timeout)    # raises DashboardError on a malformed address
         self.address = self.dash.address
+        self.timeout = timeout   # per request: the TUI polls again soon; --once waits longer, once
+        self.waited: dict[str, float] = {}   # what poll() waited for -> seconds, all polls together
         self.job, self.token = job, token or os.environ.get("RLDBG_TOKEN") or None
         self.hub: HubClient | None = None
         self.job_id: str | None = None
@@ -66,21 +69,31 @@ class LiveSource(DataSource):
         self._idents_at = 0.0
 
     # ---- polling ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _timed(self, what: str):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.waited[what] = self.waited.get(what, 0.0) + time.monotonic() - start
+
     def poll(self) -> Snapshot:
         try:
-            if self.hub is None:
-                found = self._find_hub()
-                if isinstance(found, Snapshot):
-                    return found
-            actors = self._actors()
-            self._slow()
+            with self._timed(f"the Ray dashboard at {self.address}"):
+                if self.hub is None:
+                    found = self._find_hub()
+                    if isinstance(found, Snapshot):
+                        return found
+                actors = self._actors()
+                self._slow()
         except DashboardError as e:
             return Snapshot("disconnected", f"disconnected, retrying: {e}")
         snap = Snapshot("connected", "", self.job_id, self.hub.url, actors, self._gpu, paused=self._paused,
                         identities=self._identities(actors))
         try:
-            snap.state = self.hub.state()
-            self._read_events(snap)
+            with self._timed(f"the run's hub at {self.hub.url}"):
+                snap.state = self.hub.state()
+                self._read_events(snap)
         except HubError as e:
             self.hub = None       # rediscover: the run may have ended or a new one started
             if e.status == 401:
@@ -90,7 +103,7 @@ class LiveSource(DataSource):
 
     def _find_hub(self):
         from rldbg.control.discovery import describe, discover, select_runs
-        hubs = select_runs(discover(self.address), self.job)
+        hubs = select_runs(discover(self.address, timeout=self.timeout), self.job)
         if not hubs:
             want = f" for run {self.job}" if self.job else ""
             return Snapshot("waiting", f"waiting for a run{want}: no rldbg hub in the dashboard at {self.address} yet")
@@ -105,7 +118,7 @@ class LiveSource(DataSource):
                                             "--token or RLDBG_TOKEN (from ~/.rldbg/hub-<job>-<pid>.json on the driver's machine)")
         if h["job_id"] != self.job_id or h["url"] != getattr(self.hub, "url", None):
             self.cursor = None   # another run: its event stream starts over
-        self.hub, self.job_id = HubClient(h["url"], token, timeout=5.0), h["job_id"]
+        self.hub, self.job_id = HubClient(h["url"], token, timeout=self.timeout), h["job_id"]
         return None
 
     def _actors(self) -> list:
