@@ -1,4 +1,4 @@
-"""`rldbg` command line. Each subcommand lives in rldbg/commands/<name>.py and exposes
+"""The `rldbg` command. Each subcommand lives in rldbg/commands/<name>.py and exposes
 HELP (one line), add_arguments(parser) and run(args) -> int. Modules are imported only
 when their subcommand runs, so `rldbg --help` and `rldbg top` start fast."""
 from __future__ import annotations
@@ -6,6 +6,20 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+# What `rldbg --help` opens with: what the tool is for, then where a new user starts.
+DESCRIPTION = """\
+rldbg debugs and profiles reinforcement learning on LLMs that runs on Ray: a timeline of every
+role and rank with memory across offload and weight sync, breakpoints scoped by role, rank and
+step, a live terminal UI, and profilers."""
+
+START_WITH = """\
+start with:
+  rldbg demo                               a traced GRPO training run on a local Ray cluster
+  rldbg report runs/demo/trace.json.gz     where its time went: roles, stragglers, idle, memory
+  rldbg top                                watch a running job live (run it in a second terminal)
+
+`rldbg COMMAND --help` gives one command's options."""
 
 COMMANDS = {
     "demo": "run the reference trainer's demo with tracing on (embedded local Ray cluster)",
@@ -25,7 +39,8 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     own_process = argv is None   # run as `rldbg ...`, not called from other Python code
     argv = sys.argv[1:] if own_process else argv
-    parser = argparse.ArgumentParser(prog="rldbg", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="rldbg", description=DESCRIPTION, epilog=START_WITH,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     name = argv[0] if argv and argv[0] in COMMANDS else None
     for cmd, help_text in COMMANDS.items():
