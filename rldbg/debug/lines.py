@@ -58,7 +58,7 @@ class _FileLines:
     n_lines: int
     runs: frozenset           # every line that runs, in any code object of the file
     functions: tuple          # _Function, outer ones before inner ones
-    headers: frozenset        # decorator and `def` lines (they run, but not when called)
+    headers: frozenset        # decorator, `def` and signature lines (they run, but not when called)
 
 
 def resolve(path: str, line: int, shown: str | None = None) -> Resolved:
@@ -115,6 +115,7 @@ def _header_part(fn: _Function, line: int) -> str:
 
 def _idle_kind(path: str, line: int) -> str:
     import linecache
+    linecache.checkcache(path)   # the file may have been edited since it was last read
     text = linecache.getline(path, line).strip()
     if not text:
         return "a blank line"
