@@ -110,6 +110,7 @@ fi
 if want 6; then
   stamp "6. traced/untraced demo step on $DEVICE (goal <= 1.02 on a GPU)"
   $PY bench/bench_trace_overhead.py --rounds "$ROUNDS" --num-cpus "$CPUS" --idle-rounds 1 --idle-seconds 3 \
-      resources.device="$DEVICE" resources.n_ranks=1 2>&1 | grep -v "^\s*$" | tail -25
+      resources.device="$DEVICE" resources.n_ranks=1 > "$OUT/overhead.log" 2>&1
+  grep -v "^\s*$" "$OUT/overhead.log" | grep -v "WARNING\|INFO" | tail -40
 fi
 echo; echo "== done ($(date +%T)); evidence in $OUT"

@@ -6,7 +6,7 @@ tests/data/gpu/:
   h200_llama_small_before_fix.json.gz  llama-small, 6 steps, before the trainer emptied the
       allocator's cache after its sleep: rollout_sleep frees 96.6 MiB and returns none of it
   h200_llama_small_stranger.json.gz    llama-small, 10 steps, after the fix, with a second process
-      holding 1 GiB of the GPU (pid 1706) during the run
+      holding 1 GiB of the GPU (pid 1714) during the run
   h200_demo_faults.json.gz             the demo, 12 steps, with tests/faults' sleep_keeps_weights
       and train_mode_leaks injected
 """
@@ -61,12 +61,12 @@ def test_after_the_fix_every_transition_returns_its_bytes_and_a_stranger_is_name
     assert r["not_returned"] == [] and r["leaks"] == []
     (gpu,) = r["gpus"]
     by_pid = {p["pid"]: p for p in gpu["processes"]}
-    assert by_pid[1706]["in_job"] is False and by_pid[1706]["peak_bytes"] >= 1024 * MiB
+    assert by_pid[1714]["in_job"] is False and by_pid[1714]["peak_bytes"] >= 1024 * MiB
     ours = [p for p in gpu["processes"] if p["in_job"]]
     assert len(ours) == 1 and "actor rank 0" in ours[0]["who"]
     text = _report("h200_llama_small_stranger.json.gz")
     assert "memory not returned: none" in text and "leak suspicions: none" in text
-    assert "pid 1706     not a rank of this job" in text
+    assert "pid 1714     not a rank of this job" in text
 
 
 def test_injected_faults_are_named_and_nothing_else():
