@@ -1,11 +1,11 @@
-"""The report's interval arithmetic (rldbg.trace.report.Cover): the time a role or the driver is
+"""The report's interval arithmetic (rldbg.analysis.cover.Cover): the time a role or the driver is
 busy inside steps, and the idle part of a gap, equal clipping every interval against every
 window and taking the union; a long run's steps and calls no longer multiply."""
 from __future__ import annotations
 
 import random
 
-from rldbg.trace.report import Cover
+from rldbg.analysis.cover import Cover
 
 
 def _brute(intervals, windows) -> int:

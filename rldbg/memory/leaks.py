@@ -17,7 +17,6 @@ cycles get no verdict.
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 MiB = 1 << 20

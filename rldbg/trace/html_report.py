@@ -11,7 +11,9 @@ import html
 from collections import defaultdict
 
 from rldbg.analysis import transitions as transition_analysis
-from rldbg.trace.report import Cover, Trace, analyse_trace, by_call
+from rldbg.analysis.cover import Cover
+from rldbg.analysis.stragglers import by_call
+from rldbg.trace.report import Trace, analyse_trace
 
 MAX_POINTS = 500      # per series: keeps the page small and quick for long runs
 MAX_RANK_CHARTS = 8   # ledger charts; more ranks are summarised in the memory chart
