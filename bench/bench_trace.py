@@ -1,16 +1,13 @@
-"""Tracing cost, measured in one run: python bench/bench_trace.py [--events N] [--shipped N]
+"""Tracing cost, measured in one run: python bench/bench_trace.py [--events N] [--ops N] [--shipped N]
 
-Prints ns per recorded span / instant / counter with tracing on (recording into the real
-per-process buffer; shipping happens on the flusher thread and is not on this path), the no-op
-cost with tracing off, a traced span end to end (recorded in a process attached to a real
-collector on a local Ray, shipped and acknowledged: the process's CPU per event, recording and
-the shipper's packing and sending together), export speed for N events (default 1M) from a
-spill directory, and `rldbg report` (a subprocess, as a user runs it, and again with the Python
-reader) on that trace; then the same two for N events shaped like a reference-trainer run's
-(counters, transitions, call slices and driver calls with the args they really carry:
-bench/run_shaped.py). Each figure prints its
-goal (issue 12) beside it. Where the C hot paths are built (rldbg/_api_c.c) the recording lines
-are measured twice in the same run: as they run (C), and through the Python implementation.
+What a user waits for, each beside its goal (issue 35): the export of N events (default 1M) from a
+spill directory to Perfetto JSON, and `rldbg report` on that trace (a subprocess, as a user runs
+it); then the same two for N events shaped like a reference-trainer run's (counters, transitions,
+call slices and driver calls with the args they really carry: bench/run_shaped.py). For scale,
+without goals: ns per recorded span / instant / counter / worker call with tracing on (recording
+into the real per-process buffer; shipping happens on the flusher thread) and off, and a traced
+span end to end (recorded in a process attached to a real collector on a local Ray, shipped and
+acknowledged: the process's CPU per event). What a traced step costs is bench_trace_overhead.py's.
 """
 from __future__ import annotations
 
@@ -24,11 +21,9 @@ import time
 
 import rldbg
 import run_shaped   # bench/: run as `python bench/bench_trace.py`
-from python_floors import (FLOOR_BUF, floor_buffered, floor_c_with, floor_call, floor_new_cm, floor_py_with,
-                           floor_with, fresh_floor_buf, pack_ns)
-from rldbg import fastpath, instrument as ri
+from rldbg import instrument as ri
 from rldbg.trace import events as ev, runtime
-from rldbg.trace import export, export_jobs
+from rldbg.trace import export_jobs
 from rldbg.trace.export import export_spill
 from rldbg.trace.clock import CONNECT_SAMPLES
 from rldbg.trace.recorder import Recorder
@@ -46,22 +41,6 @@ def _per_op_ns(fn, n: int, repeats: int = 5, before=None) -> float:
         fn(n)
         best = min(best, (time.perf_counter_ns() - t0) / n)
     return best
-
-
-def _per_op_ns_side_by_side(fa, fb, n: int, repeats: int = 5) -> tuple[float, float]:
-    """Best of `repeats` runs of each, alternating: this machine's speed moves by up to 2x over
-    seconds, so a figure is compared with its floor measured beside it, not minutes apart."""
-    best_a = best_b = float("inf")
-    for _ in range(repeats):
-        for f, which in ((fa, 0), (fb, 1)):
-            t0 = time.perf_counter_ns()
-            f(n)
-            dt = (time.perf_counter_ns() - t0) / n
-            if which:
-                best_b = min(best_b, dt)
-            else:
-                best_a = min(best_a, dt)
-    return best_a, best_b
 
 
 def _spans(n):
@@ -85,73 +64,34 @@ def _empty(n):
         pass
 
 
-def _python_api(n: int, base: float, fresh=None) -> dict:
-    """The same span/instant/counter (and, off, worker_call) loops through the Python implementation
-    (what runs without the C extension, or with RLDBG_PURE_PYTHON=1), in this run, for the ratio."""
-    saved = rldbg.span, rldbg.instant, rldbg.counter, ri.worker_call
-    rldbg.span, rldbg.instant, rldbg.counter = rldbg.api.py_span, rldbg.api.py_instant, rldbg.api.py_counter
-    ri.worker_call = ri.py_worker_call
-    loops = [("span", _spans), ("instant", _instants), ("counter", _counters)]
-    try:
-        costs = {f"{k} (Python implementation)": _per_op_ns(f, n, before=fresh) - base
-                 for k, f in loops + ([] if fresh else [("worker_call", _worker_calls)])}
-    finally:
-        rldbg.span, rldbg.instant, rldbg.counter, ri.worker_call = saved
-    return {"on" if fresh else "off": costs}
-
-
 def _worker_calls(n):
     for _ in range(n):
         with ri.worker_call("actor", 0, "m", None):
             pass
 
 
-# Goals (issue #12): on = recording only here; bench_trace's end-to-end figure adds ship + collect.
-GOALS_NS = {"off": {"span": 100, "instant": 100, "counter": 100, "worker_call": 300},
-            "on": {"span": 1000, "instant": 1000, "counter": 1000}}
-
-
 def recording_costs(n: int = 200_000) -> dict:
+    """ns per call with tracing off (as in a process that looked for a collector and found none)
+    and on (recording into a fresh buffer per run, as the flusher leaves it), loop overhead
+    subtracted, best of 5."""
     st = runtime.STATE
     saved = (st.on, st.looked_up, st.recorder, st.last_lookup)
-    _per_op_ns(floor_with, n, repeats=3)   # warm-up: the first timed loop ran slow without it
+    _per_op_ns(_spans, n, repeats=3)   # warm-up: the first timed loop ran slow without it
     base = _per_op_ns(_empty, n)
+    loops = [("span", _spans), ("instant", _instants), ("counter", _counters)]
     try:
-        # As in a process that already looked for a collector and found none.
         st.on, st.looked_up, st.recorder, st.last_lookup = False, True, None, time.monotonic()
-        off = {k: _per_op_ns(f, n) - base for k, f in
-               [("span", _spans), ("instant", _instants), ("counter", _counters), ("worker_call", _worker_calls)]}
-        span_ns, c_floor_ns = _per_op_ns_side_by_side(_spans, floor_c_with, n)
-        beside = {"span": span_ns - base, "with f(\"x\") on C no-ops, f a C call": c_floor_ns - base}
-        py = _python_api(n, base) if rldbg.api.IMPLEMENTATION == "c" else {}
+        off = {k: _per_op_ns(f, n) - base for k, f in loops + [("worker_call", _worker_calls)]}
         st.on = True
 
         def fresh():
             st.recorder = Recorder(capacity=4 * n)
 
-        on = {k: _per_op_ns(f, n, before=fresh) - base for k, f in
-              [("span", _spans), ("instant", _instants), ("counter", _counters)]}
+        on = {k: _per_op_ns(f, n, before=fresh) - base for k, f in loops}
         on["worker_call (2 memory samples)"] = _per_op_ns(_worker_calls, n // 20, before=fresh) - base
-        if py:
-            off.update(py["off"])
-            st.recorder = None
-            on.update(_python_api(n, base, fresh)["on"])
     finally:
         st.on, st.looked_up, st.recorder, st.last_lookup = saved
-    # What Python itself costs here, for scale: no hook can be cheaper than its own call/with.
-    floor = {"function call": _per_op_ns(floor_call, n) - base,
-             "with on a Python context manager": _per_op_ns(floor_with, n) - base,
-             "with f(\"x\") on C no-ops, f a C call": _per_op_ns(floor_c_with, n) - base,
-             "off-span floor: with f(\"x\"), f a def like span(name, /, **a)": _per_op_ns(floor_py_with, n) - base,
-             "with on a new 4-field context manager": _per_op_ns(floor_new_cm, n) - base,
-             "an event kept until shipped (2 clocks, a new tuple held)": _per_op_ns(
-                 floor_buffered, n, before=fresh_floor_buf) - base,
-             "packing it for shipping (msgpack, per event of a batch)": pack_ns(n)}
-    FLOOR_BUF[0] = None
-    return {"off": off, "on": on, "floor": floor, "beside": beside}
-
-
-IMPL = fastpath.EXPORT_IMPLEMENTATION   # "c" where rldbg/trace/_chrome_c.c is built
+    return {"off": off, "on": on}
 
 
 def export_speed(n_events: int, out_dir: str) -> dict:
@@ -185,19 +125,13 @@ def export_speed(n_events: int, out_dir: str) -> dict:
     out = {}
     # As `rldbg export` runs by default (side by side, one process per core up to 4), and in one
     # process for comparison; the files are the same (tests/test_export_jobs.py).
-    # The Python implementation (rldbg.fastpath.CHROME off) in one process for comparison.
     auto = export_jobs.choose(spill, None)
-    for ext, jobs, impl in ((".json", None, IMPL), (".json", 1, IMPL), (".json.gz", None, IMPL), (".json", 1, "python")):
-        saved = export.CHROME
-        export.CHROME = export.CHROME if impl == IMPL else None
-        try:
-            t0, c0 = time.perf_counter(), time.process_time()
-            export_spill(spill, os.path.join(out_dir, f"bench-{impl}" + ext), jobs=jobs)
-            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-        finally:
-            export.CHROME = saved
-        out[(ext, jobs or auto, impl)] = {"seconds": dt, "cpu_seconds": cpu, "events_per_s": n_events / dt}
-    os.replace(os.path.join(out_dir, f"bench-{IMPL}.json"), os.path.join(out_dir, "bench.json"))
+    for ext, jobs in ((".json", None), (".json", 1), (".json.gz", None)):
+        name = "bench" + ext if jobs is None else f"bench-{jobs}" + ext
+        t0, c0 = time.perf_counter(), time.process_time()
+        export_spill(spill, os.path.join(out_dir, name), jobs=jobs)
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        out[(ext, jobs or auto)] = {"seconds": dt, "cpu_seconds": cpu, "events_per_s": n_events / dt}
     return out
 
 
@@ -210,12 +144,10 @@ def export_run_shaped(n_events: int, out_dir: str) -> dict:
     return {"events": n, "seconds": time.perf_counter() - t0, "jobs": export_jobs.choose(spill, None)}
 
 
-def report_speed(trace: str, python: bool = False) -> dict:
-    """`rldbg report` on the trace as a user runs it: a fresh process, imports included; python:
-    with RLDBG_PURE_PYTHON=1 (every line parsed by orjson, rldbg/trace/_lines_c.c off)."""
-    env = dict(os.environ, **{fastpath.PURE_PYTHON: "1" if python else ""})
+def report_speed(trace: str) -> dict:
+    """`rldbg report` on the trace as a user runs it: a fresh process, imports included."""
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "rldbg", "report", trace], capture_output=True, text=True, env=env)
+    r = subprocess.run([sys.executable, "-m", "rldbg", "report", trace], capture_output=True, text=True)
     dt = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"rldbg report failed (rc {r.returncode}): {r.stderr.strip()[-500:]}")
@@ -340,66 +272,50 @@ def _per_1m(seconds: float, goal: float) -> str:
             f"{'met' if seconds <= goal else 'NOT met'}")
 
 
+GOAL_S = 3.0   # per 1M events, for the export and for `rldbg report` (issue 35)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--events", type=int, default=1_000_000)
-    ap.add_argument("--ops", type=int, default=200_000)
+    ap.add_argument("--ops", type=int, default=200_000, help="calls per recording-cost figure (0: skip them)")
     ap.add_argument("--shipped", type=int, default=200_000, help="spans for the end-to-end figure (0: skip)")
     a = ap.parse_args()
-    c = recording_costs(a.ops)
-    print(f"per-event recording cost, ns (best of 5 runs, loop overhead subtracted); span/instant/counter/worker_call run in "
-          f"{rldbg.api.IMPLEMENTATION.upper()} (rldbg.fastpath; RLDBG_PURE_PYTHON=1 for Python):")
-    for mode in ("off", "on"):
-        for k, v in c[mode].items():
-            goal = GOALS_NS[mode].get(k.split(" (")[0] if "(Python" in k else k)
-            verdict = "" if goal is None else f"   goal <= {goal:,} ns: {'met' if v <= goal else 'NOT met'}"
-            print(f"  tracing {mode:<3} {k:<32} {v:8.0f} ns{verdict}")
-    for k, v in c["floor"].items():
-        print(f"  python floor: {k:<62} {v:5.0f} ns")
-    span_ns, floor_ns = c["beside"]["span"], c["beside"]["with f(\"x\") on C no-ops, f a C call"]
-    verdict = "met" if span_ns <= 100 else "NOT met" + (" (its floor is above the goal here)" if floor_ns > 100 else "")
-    print(f"  off span and its floor measured side by side, alternating: span {span_ns:.0f} ns, "
-          f"with f(\"x\") on C no-ops {floor_ns:.0f} ns   goal <= 100 ns: {verdict}")
-    fl = c["floor"]
-    e2e_floor = (fl["with on a new 4-field context manager"] + fl["an event kept until shipped (2 clocks, a new tuple held)"]
-                 + fl["packing it for shipping (msgpack, per event of a batch)"])
-    # What recording in Python code could not go below; the C paths hold events packed, so they can.
-    print(f"  python floor of a traced span end to end (new-object with + event kept + packed): {e2e_floor:5.0f} ns   "
-          f"goal <= 1,000 ns")
-    if a.shipped:
-        s = shipped_cost(a.shipped)
-        print(f"traced span end to end (record + ship + collect), {a.shipped:,} spans: {s['ns_per_event']:6.0f} ns "
-              f"of this process's CPU per event (recording {s['recording_ns']:.0f} + shipping {s['shipping_ns']:.0f}; all acknowledged "
-              f"after {s['wall_s']:.2f} s)   goal <= 1,000 ns")
-        print(f"  of it tracing's own: {s['own_ns']:6.0f} ns (recording {s['own_recording_ns']:.0f}, this thread's CPU; "
-              f"shipping {s['own_shipping_ns']:.0f}, less Ray's threads at rest: {s['idle_cores'] * 100:.1f}% of a core)"
-              f"   goal <= 1,000 ns")
-        print(f"  steady state (shipping rounds every 0.1 s while recording, as a run does): {s['steady_ns']:6.0f} ns "
-              f"of this process's CPU per event   goal <= 1,000 ns")
     with tempfile.TemporaryDirectory() as d:
         per_m = 1_000_000 / a.events
-        for (ext, jobs, impl), v in export_speed(a.events, d).items():
-            goal = _per_1m(v['seconds'] * per_m, 1.5) if ext == ".json" else ""
-            print(f"export {a.events:,} events to {ext:<8} {jobs} process(es), {impl:<6} {v['seconds']:6.2f} s  "
-                  f"({v['events_per_s']:,.0f} events/s, {v['cpu_seconds']:.2f} s CPU in this one){goal}")
+        for (ext, jobs), v in export_speed(a.events, d).items():
+            print(f"export {a.events:,} events to {ext:<8} {jobs} process(es)  {v['seconds']:6.2f} s  "
+                  f"({v['events_per_s']:,.0f} events/s, {v['cpu_seconds']:.2f} s CPU in this one)"
+                  f"{_per_1m(v['seconds'] * per_m, GOAL_S)}")
         v = export_run_shaped(a.events, d)
         print(f"export {v['events']:,} events shaped like a trainer run's (counters, transitions, calls with "
               f"their args, driver calls) to .json, {v['jobs']} process(es)   {v['seconds']:.2f} s"
-              f"{_per_1m(v['seconds'] * 1_000_000 / v['events'], 1.5)}")
+              f"{_per_1m(v['seconds'] * 1_000_000 / v['events'], GOAL_S)}")
         from rldbg.commands.report import reading_jobs
         for trace, n, what in (("bench.json", a.events, ""), ("run.json", v["events"], " shaped like a trainer run's")):
-            # as it runs, then the Python reader beside it (the same report, or the bench stops)
-            r, py = report_speed(os.path.join(d, trace)), report_speed(os.path.join(d, trace), python=True)
-            if r["text"] != py["text"]:
-                raise SystemExit(f"rldbg report printed another report with RLDBG_PURE_PYTHON=1 on {trace}")
-            print(f"rldbg report on the {n:,}-event trace{what} ({reading_jobs()} process(es) reading, "
-                  f"{fastpath.READ_IMPLEMENTATION.upper()})  {r['seconds']:6.2f} s{_per_1m(r['seconds'] * 1e6 / n, 3)}"
-                  f"   (Python reader: {py['seconds']:.2f} s, the same report)")
+            r = report_speed(os.path.join(d, trace))
+            print(f"rldbg report on the {n:,}-event trace{what} ({reading_jobs()} process(es) reading)  "
+                  f"{r['seconds']:6.2f} s{_per_1m(r['seconds'] * 1e6 / n, GOAL_S)}")
         fl = floors(os.path.join(d, "bench.spill"), os.path.join(d, "bench.json"))
-        print(f"  floors here: in Python, reading the spill + one minimal f-string per event {fl['export_s']:.2f} s "
-              f"(the C implementation reads the spill's bytes in place); "
-              f"orjson.loads of the exported file alone {fl['parse_s']:.2f} s in one call, "
-              f"{fl['pieces_s']:.2f} s a piece at a time as the report parses it (one process)")
+        print(f"  floors here, in one process: reading the spill + one minimal f-string per event "
+              f"{fl['export_s']:.2f} s; orjson.loads of the exported file alone {fl['parse_s']:.2f} s in one call, "
+              f"{fl['pieces_s']:.2f} s a piece at a time as the report parses it")
+    if a.ops:
+        c = recording_costs(a.ops)
+        print("per-event recording cost, ns (best of 5 runs, loop overhead subtracted; no goal: what a traced "
+              "step costs is bench_trace_overhead.py's):")
+        for mode in ("off", "on"):
+            for k, v in c[mode].items():
+                print(f"  tracing {mode:<3} {k:<32} {v:8.0f} ns")
+    if a.shipped:
+        s = shipped_cost(a.shipped)
+        print(f"traced span end to end (record + ship + collect), {a.shipped:,} spans: {s['ns_per_event']:6.0f} ns "
+              f"of this process's CPU per event (recording {s['recording_ns']:.0f} + shipping {s['shipping_ns']:.0f}; "
+              f"all acknowledged after {s['wall_s']:.2f} s)")
+        print(f"  of it tracing's own: {s['own_ns']:6.0f} ns (recording {s['own_recording_ns']:.0f}, this thread's CPU; "
+              f"shipping {s['own_shipping_ns']:.0f}, less Ray's threads at rest: {s['idle_cores'] * 100:.1f}% of a core)")
+        print(f"  steady state (shipping rounds every 0.1 s while recording, as a run does): {s['steady_ns']:6.0f} ns "
+              f"of this process's CPU per event")
 
 
 if __name__ == "__main__":
