@@ -4,7 +4,8 @@
 
 Builds the demo's worker groups once, then alternates blocks of untraced and traced steps
 (tracing started and stopped around each traced block, outside the timed region) so machine
-drift hits both sides alike. Prints the median step time of each and their ratio (goal ≤ 1.01),
+drift hits both sides alike. Prints the median step time of each and their ratio (goal ≤ 1.01 on a
+CPU, ≤ 1.02 on a GPU),
 with bootstrap intervals of that ratio and of the ratio of the means: a step's time scatters by
 several % on a shared machine, so a run's ratio says "met" or "not met" only when its interval
 lies on one side of the goal (here, 200 steps a side still left the median ratio within ±4%).
@@ -62,6 +63,9 @@ def main() -> None:
     cfg = load_config("demo", overrides=["trace.enabled=false", "control.enabled=false", "trainer.progress=false",
                                          f"trainer.run_dir={tempfile.mkdtemp()}", *a.overrides])
     ray.init(num_cpus=a.num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+    # The project's goals: a traced step within 1% of an untraced one on a CPU, 2% on a GPU.
+    on_gpu = cfg.resources.device == "cuda" or (cfg.resources.device == "auto" and ray.cluster_resources().get("GPU"))
+    a.goal = 1.02 if on_gpu else 1.01
     try:
         # The demo's workers after its SFT warm start, its prompts step by step.
         with DemoSteps(cfg) as run:
@@ -139,19 +143,19 @@ def step_ratio(run: DemoSteps, a) -> None:
     if a.aa:
         print("A/A control: both sides untraced; each ratio below is noise, its interval the bench's resolution")
     print(f"demo step, median of {len(off)} steps each: untraced {m_off * 1e3:.1f} ms, "
-          f"traced {m_on * 1e3:.1f} ms, ratio {m_on / m_off:.3f} (goal ≤ 1.01)")
+          f"traced {m_on * 1e3:.1f} ms, ratio {m_on / m_off:.3f} (goal ≤ {a.goal})")
     print(f"  means: untraced {statistics.mean(off) * 1e3:.1f} ms, traced {statistics.mean(on) * 1e3:.1f} ms, "
           f"ratio {statistics.mean(on) / statistics.mean(off):.3f}")
     for what, stat in (("median", statistics.median), ("mean", statistics.mean)):
         lo, hi = ratio_interval(off, on, stat)
         print(f"  90% bootstrap interval of the {what} ratio, steps resampled: {lo:.3f} .. {hi:.3f}; "
-              f"goal <= 1.01: {verdict(lo, hi, 1.01, at_least=False)}")
+              f"goal <= {a.goal}: {verdict(lo, hi, a.goal, at_least=False)}")
     # The same data as pairs: each traced block against the untraced block beside it, the
     # rounds resampled as units, so the machine's drift between rounds leaves the spread.
     paired = paired_ratio(rounds)
     lo, hi = interval(rounds, paired_ratio)
     print(f"  paired by round (all traced time over all untraced time, {len(rounds)} rounds resampled as pairs): "
-          f"{paired:.3f}, 90% interval {lo:.3f} .. {hi:.3f}; goal <= 1.01: {verdict(lo, hi, 1.01, at_least=False)}")
+          f"{paired:.3f}, 90% interval {lo:.3f} .. {hi:.3f}; goal <= {a.goal}: {verdict(lo, hi, a.goal, at_least=False)}")
     per = [statistics.median(t) / statistics.median(o) for o, t in rounds]
     lo, hi = interval(per, statistics.median)
     print(f"  median of the rounds' own ratios: {statistics.median(per):.3f}, 90% interval {lo:.3f} .. {hi:.3f}")
