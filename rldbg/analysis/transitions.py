@@ -244,7 +244,8 @@ def analyse(t) -> dict:
     return {"transitions": table(by_key), "not_returned": not_returned(by_key)}
 
 
-def _mib(b) -> str:
+def fmt_mib(b) -> str:
+    """A signed MiB figure for the tables; "0.0" for what rounds to nothing, "-" for no reading."""
     if b is None:
         return "-"
     return "0.0" if abs(b) < MiB / 20 else f"{b / MiB:+.1f}"
@@ -272,12 +273,12 @@ def render(rows: list[dict], findings: list[dict]) -> list[str]:
     lines.append(head)
     for r in rows:
         led = -r["ledger_freed"] if r["declared"]["frees"] else r["ledger_loaded"]
-        mem = (f"{_mib(r['allocated_delta']):>8} {_mib(r['reserved_delta']):>8} {_mib(r['device_delta']):>8}"
-               if r["device"] == "cuda" else f"{_mib(r['rss_delta']):>8}")
+        mem = (f"{fmt_mib(r['allocated_delta']):>8} {fmt_mib(r['reserved_delta']):>8} {fmt_mib(r['device_delta']):>8}"
+               if r["device"] == "cuda" else f"{fmt_mib(r['rss_delta']):>8}")
         verdict = r["verdict"] or "-"
         if r["verdicts"] and len(r["verdicts"]) > 1:
             verdict += " (" + ", ".join(f"{k} {n}" for k, n in sorted(r["verdicts"].items())) + ")"
-        lines.append(f"  {r['role']:<8} {r['rank']:>4} {r['transition']:<{width}} {r['cycles']:>4} {_mib(led):>8} "
+        lines.append(f"  {r['role']:<8} {r['rank']:>4} {r['transition']:<{width}} {r['cycles']:>4} {fmt_mib(led):>8} "
                      f"{mem}  {verdict}")
     lines += ["", "memory not returned:" if findings else "memory not returned: none"]
     lines += [f"  {describe(f)}" for f in findings]

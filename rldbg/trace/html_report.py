@@ -172,9 +172,7 @@ def _leak_rows(leaks: list[dict]) -> list[dict]:
 
 
 def _transition_rows(rows: list[dict]) -> list[dict]:
-    def mib(b):
-        return "" if b is None else f"{b / 2**20:+.1f} MiB"
-
+    mib = transition_analysis.fmt_mib
     out = []
     for r in rows:
         ledger = -r["ledger_freed"] if r["declared"]["frees"] else r["ledger_loaded"]
@@ -182,7 +180,7 @@ def _transition_rows(rows: list[dict]) -> list[dict]:
         out.append({"role": r["role"], "rank": r["rank"], "transition": r["transition"], "cycles": r["cycles"],
                     "ledger": mib(ledger), "alloc": mib(r["allocated_delta"]), "reserved": mib(r["reserved_delta"]),
                     "device": mib(r["device_delta"] if gpu else r["rss_delta"]),
-                    "verdict": r["cause"] or ""})
+                    "verdict": f"{r['verdict']}: {r['cause']}" if r["verdict"] else ""})
     return out
 
 
