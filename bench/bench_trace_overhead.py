@@ -57,6 +57,8 @@ def main() -> None:
     ap.add_argument("--idle-seconds", type=float, default=4.0, help="length of each idle window")
     ap.add_argument("--idle-rounds", type=int, default=3, help="untraced/traced idle window pairs")
     ap.add_argument("--num-cpus", type=int, default=2, help="the local Ray cluster's CPUs")
+    ap.add_argument("--window", type=int, default=0,
+                    help="trace as the flight recorder does (trace.window=N: the last N steps in memory)")
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                     help="demo config overrides, e.g. resources.device=cuda resources.n_ranks=1 on a GPU")
     a = ap.parse_args()
@@ -114,6 +116,8 @@ def step_ratio(run: DemoSteps, a) -> None:
     for kept in (cpu, waits, steps, by_proc[0]):   # the warm-up block counts in no figure
         kept.clear()
     extra = {} if a.flush is None else {"flush_interval": a.flush}
+    if a.window:
+        extra["window"] = a.window
 
     def traced_block() -> list[float]:
         if a.aa:   # the control: the "traced" side untraced too, so its ratio is the machine's noise alone

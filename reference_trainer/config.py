@@ -127,6 +127,9 @@ class TraceConfig:
     path: str = ""  # .json or .json.gz; default <run_dir>/trace.json.gz when enabled
     memory_hz: float = 10.0
     flush_s: float = 1.0  # how often each process ships its events to the collector
+    steps: list = field(default_factory=list)  # record only these steps, e.g. [100-110, 500]
+    window: int = 0  # > 0: the flight recorder keeps the last N steps, written only on a trigger
+    hang_s: float = 60.0  # with window: a call this long (and 10x its median) dumps, with every stack
 
 
 @dataclass
@@ -307,6 +310,7 @@ BOUNDS = {
     "resources.cpus_per_rank": (0, True), "resources.gpus_per_rank": (0, True),
     "resources.threads_per_rank": (1, True), "resources.ray_num_cpus": (1, True),
     "trace.memory_hz": (0, True), "trace.flush_s": (0, False), "debug.pg_timeout_s": (0, False),
+    "trace.window": (0, True), "trace.hang_s": (0, False),
     "control.port": (0, True), "control.gate_timeout_s": (0, False),
     "algorithm.gamma": (0, True), "algorithm.lam": (0, True), "data.seed": (0, True),
 }
@@ -457,6 +461,13 @@ def validate(cfg: Config) -> None:
     for key in ("algorithm.gamma", "algorithm.lam", "rollout.gpu_memory_utilization"):
         if not 0 <= _get(cfg, key) <= 1:
             raise ConfigError(f"config key {key!r} must be in [0, 1], got {_get(cfg, key)!r}")
+    from rldbg.trace.window import parse_steps
+    try:
+        if parse_steps(cfg.trace.steps) and cfg.trace.window:
+            raise ConfigError(f"config keys 'trace.window'={cfg.trace.window} and 'trace.steps'={cfg.trace.steps}: "
+                              "choose one (the flight recorder keeps the last steps, step windows chosen ones)")
+    except ValueError as e:
+        raise ConfigError(f"config key 'trace.steps': {e}") from None
     if cfg.trace.path and not cfg.trace.path.endswith((".json", ".json.gz")):
         raise ConfigError(f"config key 'trace.path' is {cfg.trace.path!r}; it must end in .json or .json.gz")
     import os

@@ -2,6 +2,7 @@
 a visible line: the driver is the single controller, each call runs on all ranks."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +74,7 @@ def fit(cfg: Config) -> list[dict]:
             guard.begin_cleanup()
             # The trace first: `ray job stop` gives the driver 3 s (RAY_JOB_STOP_WAIT_TIME_S) before SIGKILL,
             # and before the workers go: their last events are still in flight.
-            _stop_tracing(trace_path)
+            _stop_tracing(trace_path, sys.exc_info()[1], cfg.trace.window)
             if control:
                 import rldbg.control
 
@@ -196,16 +197,49 @@ def _start_tracing(cfg: Config) -> str | None:
     path = cfg.trace.path or str(Path(cfg.trainer.run_dir) / "trace.json.gz")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     profiled = cfg.profile.roles or cfg.profile.ranks or cfg.profile.steps
-    rldbg.trace.start(path, memory_hz=cfg.trace.memory_hz, flush_interval=cfg.trace.flush_s, profile_dir=profile_dir(cfg) if profiled else None)
+    rldbg.trace.start(path, memory_hz=cfg.trace.memory_hz, flush_interval=cfg.trace.flush_s,
+                      profile_dir=profile_dir(cfg) if profiled else None, window=cfg.trace.window,
+                      steps=cfg.trace.steps, hang_s=cfg.trace.hang_s)
+    if cfg.trace.window:
+        print(f"flight recorder: the last {cfg.trace.window} steps of every process in memory; written to "
+              f"{Path(path).parent}/flight-<step>-<trigger>.json.gz on a trigger (`rldbg dump` writes one now)",
+              flush=True)
     return path
 
 
-def _stop_tracing(path: str | None) -> None:
+def _stop_tracing(path: str | None, failure: BaseException | None = None, window: int = 0) -> None:
+    """Write the trace; with the flight recorder, dump the last window if the run is failing."""
     if path is None:
         return
     import rldbg.trace
 
-    out = rldbg.trace.stop()
-    if out:
+    reason, detail = _stop_reason(failure)
+    out = rldbg.trace.stop(reason=reason, **detail)
+    dumps = rldbg.trace.last_dumps()
+    if window:
+        for d in dumps:
+            state = "written to" if d["state"] == "written" else f"{d['state']} ({d['error']}):"
+            took = f", {d['seconds']:.1f} s after the trigger" if d["seconds"] is not None else ""
+            print(f"flight recorder: {d['reason']} at step {d['step']}, last window {state} {d['path']}{took}"
+                  + (f" (and {d['coalesced']} later trigger(s))" if d["coalesced"] else ""), flush=True)
+        if not dumps:
+            print("flight recorder: no trigger, nothing written", flush=True)
+    elif out:
         print(f"{rldbg.trace.loss_line(out)} (look: `rldbg open {out}`; summary: `rldbg report {out}`)", flush=True)
+
+
+def _stop_reason(failure: BaseException | None) -> tuple:
+    """Why the run ends, in the flight recorder's words (None: it ends well)."""
+    if failure is None:
+        return None, {}
+    # Where it happened, when the failure says (NonFinite, RankDied and RemoteCallError name the
+    # rank, method and step; Stopped its step): the dump's trigger is marked there.
+    who = {k: getattr(failure, k) for k in ("role", "rank", "method", "step")
+           if isinstance(getattr(failure, k, None), (str, int))}
+    if isinstance(failure, Stopped):
+        return failure.signame, who
+    if isinstance(failure, sentinel.NonFinite):
+        return "nonfinite", who
+    name = "rank_died" if type(failure).__name__ == "RankDied" else "exception"
+    return name, dict(who, error=f"{type(failure).__name__}: {failure}"[:500])
 

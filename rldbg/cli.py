@@ -26,6 +26,7 @@ COMMANDS = {
     "top": "live TUI attached to the Ray dashboard",
     "report": "summarise a trace: time per role, stragglers, idle time, memory",
     "export": "write a run's collected events as a Perfetto trace",
+    "dump": "write a running job's flight-recorder window now (the run goes on)",
     "open": "open a trace in the Perfetto UI (served once from 127.0.0.1, never uploaded)",
     "breakpoints": "list paused workers (role, rank, method, debugpy address)",
     "attach": "terminal debugger for a paused or listening worker",

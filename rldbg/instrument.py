@@ -169,6 +169,8 @@ def _finish(call: Call, status: str, extra: dict) -> None:
             "t_dispatched": call.t_dispatched or t_end, "shards": call.shards, **extra}
     _rt.emit(driver_call_event(f"{tag.group}.{tag.method}", call.t_begin, t_end - call.t_begin,
                                tag.step, tag.method, tag.flow_id, args))
+    if status == "ok":
+        _hangs.took(tag.group, tag.method, (t_end - call.t_begin) / 1e9)
 
 
 def call_collected(call: Call, result=None) -> None:
@@ -426,7 +428,49 @@ def _debug_switches() -> bool:
 
 
 def call_waiting(call: Call, pending_ranks: list[int], waited_s: float) -> None:
-    """The driver has waited `waited_s` on `pending_ranks`: report ranks paused at a breakpoint."""
+    """The driver has waited `waited_s` on `pending_ranks`: report ranks paused at a breakpoint;
+    with the flight recorder, a call that looks hung dumps every process's window and stacks."""
     from rldbg.debug.wait_report import report
 
     report(call.tag.group, call.tag.method, call.tag.flow_id, waited_s)
+    if _rt.STATE.on and _rt.STATE.config.get("window"):
+        _hangs.check(call, pending_ranks, waited_s, _rt.STATE.config)
+
+
+class _Hangs:
+    """A call hangs when it has run FACTOR times its method's median (over its last KEEP calls),
+    and at least the session's hang_s; each hung call dumps once."""
+
+    FACTOR, KEEP = 10.0, 50
+
+    def __init__(self):
+        self.durations: dict = {}
+        self.dumped: set = set()
+
+    def took(self, group: str, method: str, seconds: float) -> None:
+        d = self.durations.setdefault((group, method), [])
+        d.append(seconds)
+        del d[:-self.KEEP]
+
+    def check(self, call: Call, ranks: list, waited_s: float, config: dict) -> None:
+        import statistics
+
+        tag = call.tag
+        past = self.durations.get((tag.group, tag.method))
+        limit = max(float(config.get("hang_s", 60.0)), self.FACTOR * statistics.median(past) if past else 0.0)
+        if waited_s < limit or tag.flow_id in self.dumped:
+            return
+        self.dumped.add(tag.flow_id)
+        from rldbg.trace import session
+
+        try:
+            # On the rank's track when one rank is late; on the driver's when several are (which
+            # one holds the others up is for the stacks to show).
+            who = {"role": tag.group, "rank": int(ranks[0])} if len(ranks) == 1 else {"group": tag.group}
+            session.dump("hang", **who, method=tag.method, step=tag.step, waiting_on=[int(r) for r in ranks],
+                         waited_s=round(waited_s, 1), limit_s=round(limit, 1))
+        except Exception:
+            pass   # never disturb the run
+
+
+_hangs = _Hangs()

@@ -4,6 +4,8 @@
     rldbg.trace.start("trace.json.gz", memory_hz=10)   # driver, after ray.init()
     ...
     rldbg.trace.stop()                                  # or: with rldbg.trace.tracing(path): ...
+    rldbg.trace.start(path, window=20)                  # the flight recorder: the last 20 steps in memory,
+    rldbg.trace.dump("manual")                          # written on a trigger (rldbg.trace.flight)
 
 Layout: events (record format) → recorder (per-process buffer + flusher) → wire (TCP) → server →
 collector (in the driver, spills to disk) → export (Chrome JSON for Perfetto) → report
@@ -14,7 +16,7 @@ package: every process that records imports rldbg.trace (through rldbg.api), and
 helper of a side-by-side export (rldbg.trace.export_jobs), whose start-up the exporting process
 waits for; neither needs the session's collector and Ray glue.
 """
-_SESSION = ("start", "stop", "tracing", "collector_handle", "last_losses", "loss_line")
+_SESSION = ("start", "stop", "tracing", "collector_handle", "last_losses", "loss_line", "dump", "last_dumps")
 
 __all__ = list(_SESSION)
 

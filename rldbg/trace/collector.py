@@ -16,11 +16,13 @@ flush: what it had not sent is unknown), and one "rldbg trace losses" summary on
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections import deque
 
-from rldbg.trace.spill import SpillWriter, decode_events
+from rldbg.trace.flight import LIVE_S, REASONS, Dumps
+from rldbg.trace.spill import SpillWriter, decode_events, encode_events
 
 LIVE_KEEP = 250_000   # events kept in memory for live queries (the TUI joins 200k back); the spill keeps all
 LOSS_CAT = "rldbg"
@@ -39,7 +41,15 @@ class Collector:
     def __init__(self, spill_dir: str, meta: dict):
         self._lock = threading.RLock()
         self.meta = meta
-        self.writer = SpillWriter(spill_dir, meta)
+        self.closed = False
+        # The flight recorder (meta["window"]) writes nothing until a trigger: no spill of the whole
+        # run, only each dump's (rldbg.trace.flight).
+        self.dumps = None
+        if meta.get("window"):
+            self.writer = None
+            self.dumps = Dumps(os.path.dirname(meta.get("trace_path") or spill_dir) or ".", meta)
+        else:
+            self.writer = SpillWriter(spill_dir, meta)
         self.live: deque = deque()   # (cursor of first event, events)
         self.n_live = 0
         self.total = 0               # events ever received by this collector
@@ -62,7 +72,7 @@ class Collector:
         """One batch: `events` is a list of events, or (what shippers send) the msgpack array of
         them as bytes (rldbg.trace.spill) with the count in meta["n"], written to the spill as is."""
         key = f"{meta.get('host')}:{meta.get('pid')}"
-        if self.writer.f is None:   # closed by stop(): late batches are not part of this trace
+        if self.closed:   # closed by stop(): late batches are not part of this trace
             if key in self.procs:
                 self.procs[key]["told_closed"] = True
             return -1                # recorder.CLOSED: the sender goes quiet
@@ -72,7 +82,10 @@ class Collector:
         n = int(meta.get("n", 0)) if raw else len(events)
         p = self.procs.setdefault(key, {"events": 0, "batches": 0, "dropped": 0, "lost": {}})
         changed = meta.get("lost") != p["lost"] or meta.get("final")
-        if n or changed:   # heartbeats without news are not worth a spill line
+        if meta.get("dump") is not None and self.dumps is not None:
+            self.dumps.take(key, meta, events if raw else encode_events(events), n)
+            n = 0   # a window handed over goes to its dump only
+        elif (n or changed) and self.writer is not None:   # heartbeats without news are not worth a spill line
             if raw:
                 self.writer.write_raw({k: v for k, v in meta.items() if k != "n"}, events)
             else:
@@ -94,7 +107,42 @@ class Collector:
             while self.n_live - self.live[0][1] >= LIVE_KEEP:
                 self.n_live -= self.live.popleft()[1]
             self.last_ingest_ns = time.time_ns()
-        return n
+        if self.dumps is None:
+            return n
+        if meta.get("step") is not None:
+            p["step"] = meta["step"]
+            newest = self.dumps.newest_step
+            self.dumps.newest_step = meta["step"] if newest is None else max(newest, meta["step"])
+        if meta.get("trigger"):   # a process saw a non-finite output or a rank's death in its window
+            t = dict(meta["trigger"])
+            self.dumps.request(str(t.pop("reason", "trigger")), t.pop("step", None), t, self._live())
+        self.dumps.tick(self._live())
+        want = self.dumps.wanted(key)
+        return [n, want] if want else n
+
+    def _live(self) -> set:
+        since = time.time_ns() - int(LIVE_S * 1e9)
+        return {k for k, p in self.procs.items() if not p.get("final") and p.get("last_seen_ns", 0) >= since}
+
+    @_locked
+    def dump(self, reason: str = "manual", detail: dict | None = None, step=None) -> dict:
+        """Open a flight-recorder dump (rldbg.trace.flight); its status, or an error when the trace
+        keeps no window."""
+        if self.dumps is None:
+            raise ValueError("this trace records every step to its spill (no trace.window): there is no window "
+                             "to dump; `rldbg export --address auto` writes what it has so far")
+        if reason not in REASONS:
+            raise ValueError(f"dump reason {reason!r}; accepted: {', '.join(REASONS)}")
+        detail = dict(detail or {})
+        step = step if step is not None else detail.pop("step", None)
+        return self.dumps.request(reason, step, detail, self._live())
+
+    @_locked
+    def dump_status(self, did: int | None = None) -> dict | None:
+        if self.dumps is None:
+            return None
+        self.dumps.tick(self._live())
+        return self.dumps.status(did)
 
     @_locked
     def events_since(self, cursor: int = 0, limit: int = 50_000) -> tuple[int, list]:
@@ -125,7 +173,9 @@ class Collector:
     def stats(self) -> dict:
         return {"events": self.total, "processes": dict(self.procs),
                 "dropped": sum(p["dropped"] for p in self.procs.values()),
-                "last_ingest_ns": self.last_ingest_ns, "spill_dir": self.writer.dir}
+                "last_ingest_ns": self.last_ingest_ns, "spill_dir": self.writer.dir if self.writer else None,
+                "window": self.meta.get("window") or 0,
+                "dumps": [d.status() for d in self.dumps.all] if self.dumps else []}
 
     @_locked
     def losses(self, silent_after_ns: int) -> dict:
@@ -152,12 +202,14 @@ class Collector:
     def close(self, silent_after_ns: int = 0) -> dict:
         """Write the loss records, close the spill; returns stats() with "losses". Called again
         after that: {"told_closed"} (all_told_closed)."""
-        if self.writer.f is not None:
+        if not self.closed:
+            self.closed = True
             losses = self.losses(silent_after_ns)
             evs = self._loss_events(losses)
-            if evs:
+            if evs and self.writer is not None:
                 self.writer.write({"pid": "rldbg", "host": "collector", "dropped": 0, "events": evs})
-            self.writer.close()
+            if self.writer is not None:
+                self.writer.close()
             self._losses = losses
         elif getattr(self, "_losses", None) is not None:
             return {"told_closed": self.all_told_closed(self._losses["silent"])}

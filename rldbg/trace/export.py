@@ -322,7 +322,10 @@ def write_trace(out_path: str, idx: _Index, align_clocks: bool, extra, events) -
                      "args": dict(_where(idx, role, rank), name=tname)})
         put({"ph": "i", "s": "g", "pid": 1, "tid": 1, "name": "rldbg trace start", "ts": "0.000",
              "args": {"origin_unix_ns": idx.origin, "job_id": idx.meta.get("job_id"), "format": "rldbg-1",
-                      "clock": dict(idx.clock(), aligned=align_clocks)}})
+                      "clock": dict(idx.clock(), aligned=align_clocks),
+                      # what was recorded: every step, chosen steps, or a flight recorder's window
+                      "recorded": {"steps": idx.meta.get("steps") or [], "window": idx.meta.get("window") or 0,
+                                   "flight": idx.meta.get("flight")}}})
         written += events(f)
         if extra is not None:
             def locate(role, rank):

@@ -33,6 +33,7 @@ from rldbg.trace.background import lower_this_thread
 from rldbg.trace.clock import CONNECT_SAMPLES, ClockSync
 from rldbg.trace.spill import encode_events
 from rldbg.trace.stopflag import StopFlag
+from rldbg.trace.window import Ring, stack_events, trigger_in
 from rldbg.trace.wire import NotSent
 
 BATCH = 20_000
@@ -94,8 +95,12 @@ class Shipper:
     same session's collector, found by name). on_gone() runs when it stays unreachable."""
 
     def __init__(self, recorder: Recorder, link, interval: float = 0.1, on_gone=None, relookup=None,
-                 node: dict | None = None):
+                 node: dict | None = None, policy=None):
         self.rec, self.link, self.interval = recorder, link, interval
+        # What ships (rldbg.trace.window): None, every event; a StepFilter, the chosen steps; a
+        # Ring, the last N steps, handed over only when the collector asks for a dump.
+        self.policy = policy
+        self.answer = None   # the collector's answer to the last batch
         self.on_gone, self.relookup = on_gone, relookup
         self.gone = False
         self.gone_since = 0.0
@@ -160,6 +165,7 @@ class Shipper:
             self._set_gone()
             self.gone_since = -GIVE_UP_S   # the trace was stopped: go quiet at once
             return False
+        self.answer = got
         self.rec.recorded += n
         return True
 
@@ -190,6 +196,8 @@ class Shipper:
         """Ship what is buffered now (what is recorded meanwhile waits for the next round), then
         a heartbeat if nothing else went (or `final`: this process's last word); each batch waits
         for its acknowledgement."""
+        if isinstance(self.policy, Ring):
+            return self._flush_ring(final)
         with self._lock:
             try:
                 if self.gone:
@@ -199,6 +207,10 @@ class Shipper:
                 while todo > 0 and not self.gone:
                     batch = self.rec.drain(min(todo, BATCH))
                     todo -= len(batch)
+                    if self.policy is not None:   # step windows: the chosen steps only
+                        batch = self.policy.select(batch)
+                        if not batch:
+                            continue
                     # Packed here (msgpack: a few hundred ns per event, against microseconds for
                     # JSON), not in the collector: the one collector only appends the bytes to the
                     # spill, so it keeps up with many producers.
@@ -213,6 +225,41 @@ class Shipper:
             except Exception:
                 # Ray or the interpreter shutting down under us: tracing must never take the process with it.
                 self._set_gone()
+
+    def _flush_ring(self, final: bool) -> None:
+        """The flight recorder's round: the new events join the window; a heartbeat tells the
+        collector the newest step (and any trigger seen); a dump asked for in the answer takes the
+        window (which stays for a later one)."""
+        ring = self.policy
+        with self._lock:
+            try:
+                if self.gone:
+                    self._try_relookup()
+                events = self.rec.drain(len(self.rec.buf))
+                trigger = trigger_in(events)
+                ring.add(events)
+                if self.gone:
+                    return
+                meta = dict(self._meta(final), step=ring.newest, window_events=len(ring.events))
+                if trigger:
+                    meta["trigger"] = trigger
+                self.answer = None
+                self._send(meta, b"")
+                asked = self.answer[1] if isinstance(self.answer, (list, tuple)) and len(self.answer) == 2 else None
+                if isinstance(asked, dict) and asked.get("dump") is not None:
+                    self._hand_over(ring, asked)
+            except Exception:
+                self._set_gone()
+
+    def _hand_over(self, ring: Ring, asked: dict) -> None:
+        events = ring.window(asked.get("step"))
+        if asked.get("reason") == "hang":   # where this process's threads are right now
+            events += stack_events(ring.newest)
+        did = asked["dump"]
+        for i in range(0, max(len(events), 1), BATCH):
+            part = events[i:i + BATCH]
+            last = i + BATCH >= len(events)
+            self._send(dict(self._meta(), n=len(part), dump=did, dump_done=last), encode_events(part) if part else b"")
 
     def close(self, flush: bool = True) -> None:
         self._stop.set()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from rldbg import sentinel
-from rldbg.analysis import gpus as gpu_analysis, transitions as transition_analysis
+from rldbg.analysis import gpus as gpu_analysis, recorded, transitions as transition_analysis
 from rldbg.analysis.memory import leaks, memory_peaks
 from rldbg.analysis.run import clock, ranks
 from rldbg.analysis.stragglers import stragglers
@@ -59,6 +59,7 @@ def analysis(t: Trace, jobs: int = 1) -> dict:
             out["memory_peaks"], out["leaks"], moved = memory()
         out.update(moved)
         out["gpus"] = gpu_analysis.analyse(t, out["ranks"])
+        out["recorded"] = recorded.analyse(t)
     return out
 
 
@@ -67,8 +68,16 @@ def _mib(b) -> str:
 
 
 def render(r: dict) -> str:
-    lines = [f"rldbg report: {r['trace']}",
-             f"step time {r['time']['step_time_s']:.3f} s over {r['time']['steps']} step(s)"]
+    lines = [f"rldbg report: {r['trace']}"]
+    # What the trace holds and, for a flight recorder's dump, what triggered it: said first, with
+    # a non-finite output the trigger names.
+    rec = r.get("recorded")
+    first_alarms = bool(rec and rec.get("trigger") and r.get("nonfinite"))
+    if rec:
+        lines += recorded.render(rec)
+    if first_alarms:
+        lines += sentinel.render(r["nonfinite"])
+    lines.append(f"step time {r['time']['step_time_s']:.3f} s over {r['time']['steps']} step(s)")
     if r.get("ranks"):
         lines += ["", "ranks:"]
         lines += [f"  {x['role']:<16} rank {x['rank']:<3} node {x['node'][:8] or '?':<8}  {x['ip'] or '?':<15} "
@@ -99,5 +108,6 @@ def render(r: dict) -> str:
         lines += [""] + gpu_analysis.render(r["gpus"])
     lines += ["", "leak suspicions:" if r["leaks"] else "leak suspicions: none"]
     lines += [f"  {describe(k)}" for k in r["leaks"]]
-    lines += [""] + sentinel.render(r.get("nonfinite") or [])
+    if not first_alarms:
+        lines += [""] + sentinel.render(r.get("nonfinite") or [])
     return "\n".join(lines)

@@ -12,6 +12,8 @@ from collections import defaultdict
 
 from rldbg import sentinel
 from rldbg.trace.events import FREES, LOADS
+from rldbg.trace.flight import TRIGGER
+from rldbg.trace.window import STACK
 from rldbg.trace.load import TraceFileError, phases, ts_ns
 from rldbg.trace.load_pieces import read_by_phase
 
@@ -44,7 +46,7 @@ def _role(role, pid) -> str:
 
 # The instants an analysis reads (the rest, user marks among them, are not kept).
 _TRACE_START, _LOSSES = "rldbg trace start", "rldbg trace losses"
-_KEPT_INSTANTS = frozenset((_TRACE_START, _LOSSES, sentinel.EVENT))
+_KEPT_INSTANTS = frozenset((_TRACE_START, _LOSSES, sentinel.EVENT, TRIGGER, STACK))
 # The slices an analysis reads, by cat: all of them, or only those whose args have the key named
 # (a driver call's dispatch/send/wait/recv parts have no "mode" and are not kept).
 _KEPT_SLICES = {"call": None, "transition": None, "step": None, "driver_call": "mode"}

@@ -54,10 +54,21 @@ def attach(link, config: dict, is_driver: bool = False) -> None:
         STATE.recorder = Recorder(int(config.get("buffer_events", 1 << 20)))
         STATE.shipper = Shipper(STATE.recorder, link, float(config.get("flush_interval", 0.1)),
                                 on_gone=None if is_driver else _collector_gone,
-                                relookup=None if is_driver else (lambda: _same_session(config)), node=_node())
+                                relookup=None if is_driver else (lambda: _same_session(config)), node=_node(),
+                                policy=_policy(config))
         STATE.config, STATE.is_driver = config, is_driver
         STATE.sampler = start_sampler(float(config.get("memory_hz", 0.0)), emit)
         STATE.on = True
+
+
+def _policy(config: dict):
+    """What this process ships (rldbg.trace.window), as the session's config says."""
+    from rldbg.trace.window import Ring, StepFilter
+    if config.get("window"):
+        return Ring(int(config["window"]), int(config.get("buffer_events", 1 << 20)))
+    if config.get("steps"):
+        return StepFilter(tuple(tuple(r) for r in config["steps"]))
+    return None
 
 
 def _node() -> dict:

@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import time
 
 from rldbg.trace import address, runtime
@@ -40,16 +41,33 @@ def spill_dir_for(path: str) -> str:
 
 
 def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_events: int = 1 << 20,
-          flush_interval: float = 1.0, profile_dir: str | None = None) -> str:
+          flush_interval: float = 1.0, profile_dir: str | None = None, window: int = 0, steps=None,
+          hang_s: float = 60.0) -> str:
     """Begin tracing this Ray job; returns the spill directory. torch.profiler traces found in
     `profile_dir` at stop() are merged into the exported trace. Each process ships its events
     every `flush_interval` seconds: on 2 busy cores 0.1 s cost ≈ 8% of a demo step, 1 s is
-    within noise (bench/bench_trace_overhead.py); a crash loses at most that much."""
+    within noise (bench/bench_trace_overhead.py); a crash loses at most that much.
+
+    `steps` ("100-110,500", or a list of steps and "A-B" ranges): record only those steps.
+    `window` N > 0: the flight recorder. Every process keeps its last N steps in memory and
+    nothing is written until a trigger (rldbg.trace.flight); then each dump is
+    <directory of path>/flight-<step>-<reason>.json.gz, and stop() writes no trace of the run.
+    A worker-group call counts as hung (a trigger, with every process's stacks) once it has run
+    10 times its method's median and at least `hang_s` seconds."""
     global _atexit_registered
     if not (path.endswith(".json") or path.endswith(".json.gz")):
         raise ValueError(f"trace path {path!r} must end in .json or .json.gz")
     if memory_hz < 0:
         raise ValueError(f"memory_hz={memory_hz!r} must be >= 0 (0 turns the sampler off)")
+    from rldbg.trace.window import parse_steps
+    if type(window) is not int or window < 0:
+        raise ValueError(f"trace window={window!r}: the number of steps each process keeps, an int >= 0 (0: off)")
+    ranges = parse_steps(steps)
+    if not hang_s > 0:
+        raise ValueError(f"trace hang_s={hang_s!r}: seconds a call may run before it counts as hung, > 0")
+    if window and ranges:
+        raise ValueError("trace window and trace steps: choose one (the flight recorder keeps the last steps, "
+                         "step windows record chosen ones)")
     if _session:
         raise RuntimeError(f"tracing already started (writing {_session['path']!r}); call rldbg.trace.stop() first")
     import ray
@@ -62,7 +80,8 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
     job = ray.get_runtime_context().get_job_id()
     config = {"origin_ns": time.time_ns(), "job_id": job, "memory_hz": float(memory_hz),
               "buffer_events": int(buffer_events), "flush_interval": float(flush_interval), "trace_path": path,
-              "driver_pid": os.getpid(), "host": socket.gethostname()}
+              "driver_pid": os.getpid(), "host": socket.gethostname(), "window": window,
+              "steps": [list(r) for r in ranges], "hang_s": float(hang_s)}
     collector = Collector(spill, config)
     server = None
     try:
@@ -79,6 +98,8 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
                     profile_dir=profile_dir)
     runtime.STATE.looked_up = False
     runtime.attach(LocalLink(collector), config, is_driver=True)
+    if window:
+        _hook_excepthook()
     if not _atexit_registered:
         atexit.register(_at_exit)
         _atexit_registered = True
@@ -112,12 +133,61 @@ def _check_spill_free(spill: str) -> None:
                        "give this run another trace path (trace.path / trainer.run_dir)")
 
 
-def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
+def dump(reason: str = "manual", wait_s: float = 0.0, **detail) -> dict | None:
+    """Ask the flight recorder for a dump of every process's window (trace.window); returns its
+    status ({path, state, ...}); with `wait_s`, after waiting that long at most for it to be
+    written. None when no trace runs here; ValueError when the trace keeps no window."""
+    collector = _session.get("collector")
+    if collector is None:
+        return None
+    st = collector.dump(reason, detail)
+    return wait_dump(st["id"], wait_s) if wait_s > 0 else st
+
+
+def wait_dump(did: int, wait_s: float) -> dict | None:
+    """The dump's status once written or failed, or after `wait_s`."""
+    collector = _session.get("collector")
+    deadline = time.monotonic() + wait_s
+    while collector is not None:
+        st = collector.dump_status(did)
+        if st is None or st["state"] in ("written", "failed") or time.monotonic() >= deadline:
+            return st
+        time.sleep(0.05)
+    return None
+
+
+def _hook_excepthook() -> None:
+    """An unhandled exception in the driver dumps the flight recorder before the run ends."""
+    previous = sys.excepthook
+
+    def hook(et, ev, tb):
+        if _session.get("collector") is not None and not issubclass(et, KeyboardInterrupt):
+            try:
+                dump("exception", wait_s=DUMP_WAIT_S, error=f"{et.__name__}: {ev}"[:500])
+            except Exception:
+                pass
+        previous(et, ev, tb)
+
+    sys.excepthook = hook
+
+
+DUMP_WAIT_S = 20.0
+
+
+def stop(export: bool = True, settle_s: float = 3.0, reason: str | None = None, **detail) -> str | None:
     """Flush everything, close the collector and write the trace file. Returns its path;
-    last_losses() then says what the trace lost (and loss_line() in one line)."""
+    last_losses() then says what the trace lost (and loss_line() in one line). With the flight
+    recorder (trace.window), nothing is written of the run; `reason` (SIGTERM, exception, ...)
+    dumps the last window first and returns that dump's path."""
     global _last_losses
     if not _session:
         return None
+    flight = None
+    if _session["config"].get("window") and reason:
+        try:
+            flight = dump(reason, wait_s=DUMP_WAIT_S, **detail)
+        except Exception:
+            flight = None
     path, spill = _session["path"], _session["spill"]
     profile_dir = _session.get("profile_dir")
     interval = _session["config"]["flush_interval"]
@@ -152,12 +222,29 @@ def stop(export: bool = True, settle_s: float = 3.0) -> str | None:
         address.withdraw(_session["config"]["job_id"])
         server.close()
         collector.close()   # closes the spill if the wait above was cut short
+        if collector.dumps is not None:
+            collector.dumps.wait(DUMP_WAIT_S)   # a dump being written is the run's one record
+        window = _session["config"].get("window")
         _session.clear()
+    if window:
+        _last_dumps[:] = [d.status() for d in collector.dumps.all]
+        written = [d for d in _last_dumps if d["state"] == "written"]
+        if flight is not None and flight.get("state") == "written":
+            return flight["path"]
+        return written[-1]["path"] if written else None
     if not export:
         return spill
     from rldbg.trace.export import export_spill
     export_spill(spill, path, extra=_torch_traces(profile_dir))
     return path
+
+
+_last_dumps: list = []
+
+
+def last_dumps() -> list:
+    """The flight recorder's dumps of the last stopped trace: [{path, reason, step, state, ...}]."""
+    return list(_last_dumps)
 
 
 def last_losses() -> dict | None:

@@ -9,6 +9,8 @@ Faults:
                         it wakes, so the sleep frees nothing (rldbg report: "memory not returned")
   train_mode_leaks      each to_train_mode keeps a new 32 MiB tensor on the compute device, which no
                         ledger category accounts for (rldbg report: "leak suspicions", unaccounted)
+  update_hangs          update_actor at step TEST_FAULT_STEP (default 3) sleeps TEST_FAULT_HANG_S
+                        seconds (default 30): a hang, as the driver sees one
 """
 from __future__ import annotations
 
@@ -62,8 +64,26 @@ def _train_mode_leaks(mod) -> None:
     cls.to_train_mode = to_train_mode
 
 
+def _update_hangs(mod) -> None:
+    import time
+
+    cls = mod.ActorRolloutRefWorker
+    original = cls.update_actor
+
+    def update_actor(self, batch):
+        from rldbg.context import current
+
+        if _strikes() and current().step == int(os.environ.get("TEST_FAULT_STEP", "3")):
+            time.sleep(float(os.environ.get("TEST_FAULT_HANG_S", "30")))   # the hang: this rank stops here
+        return original(self, batch)
+
+    update_actor.__dict__.update(original.__dict__)
+    cls.update_actor = update_actor
+
+
 PATCHES = {"sleep_keeps_weights": ("reference_trainer.engines.hf", _sleep_keeps_weights),
-           "train_mode_leaks": ("reference_trainer.workers.hybrid", _train_mode_leaks)}
+           "train_mode_leaks": ("reference_trainer.workers.hybrid", _train_mode_leaks),
+           "update_hangs": ("reference_trainer.workers.hybrid", _update_hangs)}
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -1,4 +1,6 @@
 """RLDBG_TRACE=PATH: trace a VeRL job from the moment its driver initialises Ray.
+RLDBG_TRACE_WINDOW=N with it: the flight recorder instead (the last N steps, written on a
+trigger); RLDBG_TRACE_STEPS=100-110,500: only those steps.
 
 `ray.init` and `ray.shutdown` are wrapped in the process that imports VeRL; only a driver calls
 ray.init, so workers and VeRL's TaskRunner actor just find the job's collector. The trace is
@@ -25,13 +27,34 @@ class SwitchError(SystemExit):
         super().__init__(2)
 
 
+# With RLDBG_TRACE: what is recorded (rldbg.trace.start's window and steps).
+WINDOW, STEPS_SWITCH = "RLDBG_TRACE_WINDOW", "RLDBG_TRACE_STEPS"
+
+
 def trace_path() -> str | None:
     raw = os.environ.get("RLDBG_TRACE", "").strip()
     if not raw:
         return None
     if not raw.endswith((".json", ".json.gz")):
         raise SwitchError(f"RLDBG_TRACE={raw!r} is not accepted: use {ACCEPTED}")
+    recording()   # a bad window or steps fails here too, before Ray starts
     return raw.replace("{pid}", str(os.getpid()))
+
+
+def recording() -> dict:
+    """{"window": N, "steps": ranges} from RLDBG_TRACE_WINDOW / RLDBG_TRACE_STEPS."""
+    from rldbg.trace.window import parse_steps
+
+    raw = os.environ.get(WINDOW, "").strip() or "0"
+    if not raw.isdigit():
+        raise SwitchError(f"{WINDOW}={raw!r} is not accepted: use N, the steps the flight recorder keeps (0: off)")
+    try:
+        steps = parse_steps(os.environ.get(STEPS_SWITCH, "").strip())
+    except ValueError as e:
+        raise SwitchError(f"{STEPS_SWITCH}: {e}") from None
+    if int(raw) and steps:
+        raise SwitchError(f"{WINDOW} and {STEPS_SWITCH}: choose one")
+    return {"window": int(raw), "steps": steps}
 
 
 def check_switch() -> None:
@@ -83,7 +106,7 @@ def start(path: str | None) -> None:
 
     if path is None or _started:
         return
-    rldbg.trace.start(path)
+    rldbg.trace.start(path, **recording())
     _started.append(path)
     atexit.register(stop)   # after trace.start's own hook, so it runs first: the last step closes
 
@@ -96,7 +119,13 @@ def stop() -> None:
     STEPS.close()
     path = _started.pop()
     written = rldbg.trace.stop()
-    if written:
+    if recording()["window"]:
+        dumps = rldbg.trace.last_dumps()
+        for d in dumps:
+            print(f"rldbg: flight recorder: {d['reason']} at step {d['step']}, {d['state']} {d['path']}", file=sys.stderr)
+        if not dumps:
+            print("rldbg: flight recorder: no trigger, nothing written", file=sys.stderr)
+    elif written:
         print(f"rldbg: trace written to {written}", file=sys.stderr)
     elif path:
         print(f"rldbg: trace for {path} was not written", file=sys.stderr)

@@ -1,0 +1,79 @@
+"""What a trace holds and why it was written: the steps it covers, how it was recorded (every step,
+chosen steps: trace.steps, or a flight recorder's window: trace.window) and, for a flight
+recorder's dump, its trigger and, for a hang, every process's stacks. The report says this first.
+"""
+from __future__ import annotations
+
+from rldbg.trace.flight import TRIGGER
+from rldbg.trace.report_trace import role_of_pid
+from rldbg.trace.window import STACK, steps_text
+
+TRACE_START = "rldbg trace start"
+SHOWN_FRAMES = 4
+
+
+def _ranges(steps: list) -> list:
+    out = []
+    for s in sorted(set(steps)):
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return out
+
+
+def _who(t, e) -> tuple:
+    role = role_of_pid(t.names, e.get("pid")) or "driver"
+    tid = e.get("tid")
+    return role, (tid - 1 if type(tid) is int and role != "driver" else 0)
+
+
+def analyse(t) -> dict:
+    steps = [s["step"] for s in t.calls + t.transitions + t.driver_calls if type(s["step"]) is int]
+    steps += [int(s["step"]) for s in t.steps if type(s.get("step")) is int]
+    start = next((e.get("args") or {} for e in t.instants if e.get("name") == TRACE_START), {})
+    how = start.get("recorded") if isinstance(start.get("recorded"), dict) else {}
+    out = {"steps": _ranges(steps), "asked_steps": how.get("steps") or [], "window": how.get("window") or 0,
+           "trigger": None, "stacks": []}
+    trig = next((e for e in t.instants if e.get("name") == TRIGGER), None)
+    if trig is not None:
+        role, rank = _who(t, trig)
+        out["trigger"] = dict(trig.get("args") or {}, role=role, rank=rank)
+    for e in t.instants:
+        if e.get("name") == STACK:
+            role, rank = _who(t, e)
+            a = e.get("args") or {}
+            out["stacks"].append({"role": role, "rank": rank, "thread": a.get("thread"), "stack": a.get("stack") or ""})
+    return out
+
+
+def _last_frames(stack: str, n: int = SHOWN_FRAMES) -> list:
+    """The innermost frames of a formatted stack, as "file:line in function" lines."""
+    frames = [line.strip() for line in stack.splitlines() if line.strip().startswith("File ")]
+    return frames[-n:]
+
+
+def render(r: dict) -> list[str]:
+    lines = []
+    trig = r.get("trigger")
+    if trig:
+        what = ", ".join(f"{k} {v}" for k, v in trig.items()
+                         if k not in ("reason", "step", "role", "rank") and v not in (None, "", []))
+        lines.append(f"flight recorder dump: {trig.get('reason')} at step {trig.get('step')}"
+                     + (f" ({trig['role']} rank {trig['rank']})" if trig.get("role") != "driver" else "")
+                     + (f": {what}" if what else ""))
+    covered = steps_text(r["steps"]) or "none"
+    if r.get("window"):
+        lines.append(f"covers steps {covered}: the flight recorder's last {r['window']} steps (trace.window)")
+    elif r.get("asked_steps"):
+        lines.append(f"covers steps {covered}: recorded only steps {steps_text(r['asked_steps'])} (trace.steps)")
+    else:
+        lines.append(f"covers steps {covered}")
+    if r.get("stacks"):
+        lines.append("where each process was when the dump was taken (its main thread, innermost frames last):")
+        for s in sorted(r["stacks"], key=lambda s: (s["role"] != "driver", s["role"], s["rank"])):
+            if s["thread"] != "main":
+                continue
+            lines.append(f"  {s['role']} rank {s['rank']}:" if s["role"] != "driver" else "  driver:")
+            lines += [f"    {f}" for f in _last_frames(s["stack"])]
+    return lines

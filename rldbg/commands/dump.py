@@ -1,0 +1,82 @@
+"""rldbg dump [--address auto] [--collector NAME] [--wait S]
+
+Asks a running job's flight recorder (trace.window / RLDBG_TRACE_WINDOW) to write every process's
+last window now, and waits for the file: RUN/flight-<step>-manual.json.gz. The run goes on. It
+talks to the job's trace collector (found in the Ray cluster's KV store, with the token there),
+so it needs what `rldbg export --address` needs: to reach the cluster."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+HELP = "write a running job's flight-recorder window now (the run goes on)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--address", default="auto", help="Ray cluster address of the running job (default: auto)")
+    parser.add_argument("--collector", help="the traced job's collector, rldbg-collector-<job id> "
+                                            "(default: the only traced job on the cluster)")
+    parser.add_argument("--wait", type=float, default=30.0, metavar="S",
+                        help="seconds to wait for the file to be written (default 30; 0: do not wait)")
+
+
+def _entry(address: str, name: str | None) -> tuple[str, dict]:
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+    from rldbg.trace import address as where
+    try:
+        ray.init(address=address, namespace=where.NAMESPACE, logging_level="ERROR")
+    except (ConnectionError, RuntimeError) as e:
+        raise SystemExit(f"rldbg dump: no Ray cluster at --address {address!r} ({str(e).splitlines()[0]})") from None
+    try:
+        found = where.find_all()
+    finally:
+        ray.shutdown()
+    if name is None:
+        if len(found) != 1:
+            raise SystemExit(f"rldbg dump: found {len(found)} traced jobs {sorted(found)}; pick one with --collector")
+        name = next(iter(found))
+    elif name not in found:
+        raise SystemExit(f"rldbg dump: no traced job {name!r} on the Ray cluster at {address}; "
+                         f"traced: {sorted(found) or 'none'}")
+    return name, found[name]
+
+
+def run(args) -> int:
+    if args.wait < 0:
+        print(f"rldbg dump: --wait {args.wait:g}: seconds to wait, >= 0", file=sys.stderr)
+        return 2
+    from rldbg.trace.address import connect
+    from rldbg.trace.wire import WireError
+    name, entry = _entry(args.address, args.collector)
+    try:
+        conn = connect(entry)
+    except (OSError, WireError) as e:
+        print(f"rldbg dump: cannot reach {name}'s collector at {entry.get('address')}: {e}", file=sys.stderr)
+        return 1
+    try:
+        try:
+            st = conn.call("dump", "manual", {"by": "rldbg dump", "pid": os.getpid()})
+        except WireError as e:   # the collector's own one-line refusal (a trace without a window)
+            print(f"rldbg dump: {e}", file=sys.stderr)
+            return 2
+        if st.get("rate_limited"):
+            print(f"rldbg dump: a dump was taken {st['reason']} moments ago ({st['path']}, {st['state']}); "
+                  f"dumps are at most one per 30 s", file=sys.stderr)
+        deadline = time.monotonic() + args.wait
+        while args.wait and st["state"] not in ("written", "failed") and time.monotonic() < deadline:
+            time.sleep(0.2)
+            st = conn.call("dump_status", st["id"]) or st
+    finally:
+        conn.close()
+    if st["state"] == "written":
+        print(f"wrote {st['path']} (step {st['step']}, {st['events']} events from {st['processes']} processes, "
+              f"{st['seconds']:.1f} s)")
+        return 0
+    if st["state"] == "failed":
+        print(f"rldbg dump: writing {st['path']} failed: {st['error']}", file=sys.stderr)
+        return 1
+    print(f"rldbg dump: asked; {st['path']} is still being written ({st['state']})"
+          + (f" after {args.wait:g} s" if args.wait else ""), file=sys.stderr)
+    return 0 if not args.wait else 1

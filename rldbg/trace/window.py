@@ -1,0 +1,197 @@
+"""Which recorded events a process ships: all of them (a full trace), only chosen steps (step
+windows, `trace.steps=[100-110,500]`), or the last N steps held in memory until a trigger asks
+for them (the flight recorder, `trace.window=N`).
+
+Applied by the flusher thread (rldbg.trace.recorder.Shipper), never on the recording path: what a
+call, a span or a counter costs does not depend on the mode.
+
+An event's step is the step it carries; one that carries none (a memory sample, a ledger report
+between calls) belongs to the step of the event recorded before it in this process. What a
+window leaves out before its start is not lost for memory: the newest memory sample, ledger
+report and GPU counter of each series are kept and shipped at the window's start, stamped with
+its first event's time, so a window's memory tracks start at the right level.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from rldbg.trace.events import ARGS, CAT, COUNTER, INSTANT, METHOD, NAME, PH, RANK, ROLE, STEP, TS
+
+STATE_CATS = frozenset(("memory", "ledger", "gpu"))
+
+
+def parse_steps(spec) -> tuple:
+    """"100-110,500" or [100-110, 500] or ["100-110", 500] -> ((100, 110), (500, 500)); ValueError
+    naming the bad part and what is accepted."""
+    if spec is None or spec == "" or spec == []:
+        return ()
+    items = spec if isinstance(spec, (list, tuple)) else str(spec).strip("[] ").split(",")
+    out = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        lo, sep, hi = text.partition("-")
+        try:
+            a, b = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise ValueError(f"trace steps: {text!r} is not a step or a range; accepted: N or A-B, comma-separated "
+                             f"(e.g. 100-110,500)") from None
+        if a < 0 or b < a:
+            raise ValueError(f"trace steps: {text!r} is not a step or a range of steps A-B with 0 <= A <= B")
+        out.append((a, b))
+    return tuple(sorted(out))
+
+
+def steps_text(ranges) -> str:
+    """((3, 5), (9, 9)) -> "3-5,9"."""
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)
+
+
+class _Steps:
+    """Gives each event its step (its own, else the one before it in this process) and keeps the
+    newest state event of each memory/ledger/GPU series (StepFilter and Ring both need it)."""
+
+    def __init__(self):
+        self.step = None
+        self.state: dict = {}   # (cat, name, role, rank, series) -> event
+
+    def step_of(self, ev) -> int | None:
+        s = ev[STEP]
+        if s is not None:
+            self.step = s
+        return self.step
+
+    def remember(self, ev, state: dict | None = None) -> None:
+        state = self.state if state is None else state
+        if ev[PH] == COUNTER and ev[CAT] in STATE_CATS and ev[ARGS]:
+            for series, v in ev[ARGS].items():
+                state[(ev[CAT], ev[NAME], ev[ROLE], ev[RANK], series)] = (ev, v)
+
+    def state_events(self, ts: int, state: dict | None = None) -> list:
+        """The kept state as counter events at `ts`, one per (track, series), merged by track."""
+        by_track: dict = {}
+        for (cat, name, role, rank, series), (ev, v) in (self.state if state is None else state).items():
+            key = (cat, name, role, rank)
+            if key not in by_track:
+                by_track[key] = (ev, {})
+            by_track[key][1][series] = v
+        return [(COUNTER, cat, name, ts, 0, role, rank, ev[STEP], None, None, values)
+                for (cat, name, role, rank), (ev, values) in by_track.items()]
+
+
+class StepFilter:
+    """Step windows: ship the events of the chosen steps only, each window opened by the state of
+    the memory and ledger series at its start."""
+
+    def __init__(self, ranges):
+        self.ranges = tuple(ranges)
+        self.steps = _Steps()
+        self.inside = False
+
+    def wanted(self, step) -> bool:
+        return step is not None and any(a <= step <= b for a, b in self.ranges)
+
+    def select(self, events: list) -> list:
+        out = []
+        for ev in events:
+            keep = self.wanted(self.steps.step_of(ev))
+            if keep and not self.inside:
+                out += self.steps.state_events(ev[TS])
+            self.inside = keep
+            if keep:
+                out.append(ev)
+            else:
+                self.steps.remember(ev)
+        return out
+
+
+class Ring:
+    """The flight recorder: the last steps of this process, in memory, bounded; nothing is shipped
+    until a dump takes a window of `n` steps (which stays: a later dump takes it again). It keeps
+    2n steps: processes hear of a dump up to a heartbeat round apart, each having trained on a
+    little, and every one of them must still hold the n steps that end at the dump's step."""
+
+    def __init__(self, n: int, capacity: int):
+        self.n, self.capacity = int(n), int(capacity)
+        self.events: deque = deque()   # (step, event)
+        self.steps = _Steps()
+        self.newest: int | None = None
+        self.dropped = 0               # events beyond the capacity (the oldest go first)
+
+    def add(self, events: list) -> None:
+        for ev in events:
+            s = self.steps.step_of(ev)
+            if s is not None and (self.newest is None or s > self.newest):
+                self.newest = s
+            self.events.append((s, ev))
+        self._prune()
+
+    def _prune(self) -> None:
+        ring, remember = self.events, self.steps.remember
+        oldest = None if self.newest is None else self.newest - 2 * self.n + 1
+        while ring and (len(ring) > self.capacity or (oldest is not None and (ring[0][0] is None or ring[0][0] < oldest))):
+            if len(ring) > self.capacity:
+                self.dropped += 1
+            remember(ring.popleft()[1])
+
+    def window(self, upto: int | None = None) -> list:
+        """The n steps ending at step `upto` (the newest when None or not reached here), opened by
+        the state of the memory and ledger series at their start."""
+        if self.newest is not None and (upto is None or upto > self.newest):
+            upto = self.newest
+        lo = None if upto is None else upto - self.n + 1
+        state, inside = dict(self.steps.state), []
+        for s, ev in self.events:
+            if s is not None and lo is not None and s < lo:
+                self.steps.remember(ev, state)
+            elif s is None or upto is None or s <= upto:
+                inside.append(ev)
+        if not inside:
+            return self.steps.state_events(0, state) if state else []
+        return self.steps.state_events(inside[0][TS], state) + inside
+
+    def first_step(self) -> int | None:
+        return next((s for s, _ in self.events if s is not None), None)
+
+
+STACK = "rldbg stack"   # a thread's Python stack, in a hang's dump
+
+# Instants that open a flight-recorder dump when a process finds them in what it recorded:
+# rldbg.sentinel's alarm ("nonfinite") and a worker group's report of a dead rank.
+TRIGGERS = {"nonfinite": "nonfinite", "rank_died": "rank_died"}
+
+
+def trigger_in(events: list) -> dict | None:
+    """The first trigger among `events`: {reason, step, role, rank, method, ...its args}, or None."""
+    for ev in events:
+        if ev[PH] == INSTANT and ev[NAME] in TRIGGERS:
+            args = {k: v for k, v in (ev[ARGS] or {}).items() if isinstance(v, (str, int, float, bool)) or v is None}
+            return {**args, "reason": TRIGGERS[ev[NAME]], "step": args.get("step", ev[STEP]),
+                    "role": args.get("role", ev[ROLE]), "rank": args.get("rank", ev[RANK]),
+                    "method": args.get("method", ev[METHOD])}
+    return None
+
+
+def stack_events(step) -> list:
+    """An instant per thread of this process with its Python stack right now (a hang's dump: taken
+    by the flusher thread, so a main thread stuck in a call or a collective is seen where it is)."""
+    import sys
+    import threading
+    import time
+    import traceback
+
+    from rldbg.context import identity
+
+    who, now = identity(), time.time_ns()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    main = threading.main_thread().ident
+    out = []
+    for tid, frame in sys._current_frames().items():
+        name = names.get(tid, str(tid))
+        if name.startswith("rldbg-") and tid != main:
+            continue   # rldbg's own threads: not what the user asks about
+        text = "".join(traceback.format_stack(frame))
+        out.append((INSTANT, "rldbg", STACK, now, 0, who.roles[0], who.rank, step, None, None,
+                    {"thread": "main" if tid == main else name, "stack": text}))
+    return out
