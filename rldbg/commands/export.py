@@ -40,6 +40,9 @@ def _spill_from_cluster(address: str, name: str | None) -> str:
                              f"traced: {sorted(found) or 'none'}")
         print(f"rldbg export: collector {name} on the Ray cluster at {address}", file=sys.stderr)
         # The collector writes each batch to disk on arrival; export reads the same files.
+        if not found[name].get("spill_dir"):
+            raise SystemExit(f"rldbg export: {name} keeps only its last steps in memory (trace.window) and "
+                             "writes nothing until a trigger: `rldbg dump` writes that window now")
         return found[name]["spill_dir"]
     finally:
         ray.shutdown()

@@ -266,6 +266,9 @@ class ControlHub:
         stats = self._ask_collector("stats")
         if cfg is None or stats is None:
             raise LookupError("tracing is off in this run: nothing to export (start it with rldbg.trace.start)")
+        if stats.get("spill_dir") is None:   # the flight recorder keeps its window in the processes
+            raise LookupError(f"this run keeps only its last {cfg.get('window')} steps (trace.window) and writes "
+                              "nothing until a trigger: `rldbg dump` writes that window now")
         if not path:
             base = cfg.get("trace_path") or "rldbg-trace.json.gz"
             for ext in (".json.gz", ".json"):

@@ -87,7 +87,7 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
     try:
         server = CollectorServer(collector, listen_host(ray.util.get_node_ip_address()), new_token())
         address.publish(job, {"address": server.address, "token": server.token, "origin_ns": config["origin_ns"],
-                              "trace_path": path, "spill_dir": spill, "driver_pid": os.getpid(),
+                              "trace_path": path, "spill_dir": None if window else spill, "driver_pid": os.getpid(),
                               "host": config["host"]})
     except BaseException:
         if server is not None:
@@ -157,8 +157,11 @@ def wait_dump(did: int, wait_s: float) -> dict | None:
 
 
 def _hook_excepthook() -> None:
-    """An unhandled exception in the driver dumps the flight recorder before the run ends."""
+    """An unhandled exception in the driver dumps the flight recorder before the run ends (once per
+    process: a later session finds the hook in place)."""
     previous = sys.excepthook
+    if getattr(previous, "_rldbg_flight", False):
+        return
 
     def hook(et, ev, tb):
         if _session.get("collector") is not None and not issubclass(et, KeyboardInterrupt):
@@ -168,6 +171,7 @@ def _hook_excepthook() -> None:
                 pass
         previous(et, ev, tb)
 
+    hook._rldbg_flight = True
     sys.excepthook = hook
 
 
