@@ -9,7 +9,7 @@ import pytest
 from verl_support import batch, group, require_entry_point, teardown
 
 import rldbg.trace  # noqa: E402
-from rldbg.trace.report import analyse  # noqa: E402
+from rldbg.trace.report import analyse, analyse_trace  # noqa: E402
 from trace_processor import TraceProcessor, stats_errors  # noqa: E402
 
 LOOPS = 3
@@ -94,13 +94,18 @@ def test_memory_counters_per_rank(tp):
             ("CriticWorker", "rank 1 memory rss")} <= names
 
 
-def test_steps_from_call_order(tp):
-    # update_actor is the loop's first call that comes round again: steps 2..LOOPS start there.
+def test_steps_from_call_order(trace, tp):
+    # update_actor is the loop's first call that comes round again: steps 2..LOOPS start there, and
+    # step 1 (the first pass, before the loop was known) is recorded when it first comes round.
     steps = tp.query("select name from slice where category = 'step' and dur > 0 order by ts")
-    assert [r["name"] for r in steps] == [f"step {n}" for n in range(2, LOOPS + 1)]
+    assert [r["name"] for r in steps] == [f"step {n}" for n in range(1, LOOPS + 1)]
     rows = tp.query("""select extract_arg(arg_set_id, 'args.step') as step from slice
                        where category = 'call' and name = 'update_actor' order by ts""")
     assert [r["step"] for r in rows] == [None, None] + [n for n in range(2, LOOPS + 1) for _ in (0, 1)]
+    # The report numbers the first pass's calls by that step.
+    _, t = analyse_trace(trace)
+    numbered = sorted((c["step"], c["rank"]) for c in t.calls if c["method"] == "update_actor")
+    assert numbered == [(n, r) for n in range(1, LOOPS + 1) for r in (0, 1)]
 
 
 def test_fsdp_offload_helpers_are_transitions(tp):

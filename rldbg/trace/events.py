@@ -35,6 +35,9 @@ GPU = "gpu"
 
 # Keys in a transition's args declaring what it moves.
 FREES, LOADS = "frees", "loads"
+# In a step slice's args: the step was recorded after its calls (a loop learnt from call order is
+# known only once it comes round), which carry no step; the report numbers them by the slice.
+NUMBERED_AFTER = "numbered_after"
 
 
 class Event(NamedTuple):

@@ -11,7 +11,7 @@ import sys
 from collections import defaultdict
 
 from rldbg import sentinel
-from rldbg.trace.events import FREES, LOADS
+from rldbg.trace.events import FREES, LOADS, NUMBERED_AFTER
 from rldbg.trace.flight import TRIGGER
 from rldbg.trace.window import STACK
 from rldbg.trace.load import TraceFileError, phases, ts_ns
@@ -45,8 +45,9 @@ def _role(role, pid) -> str:
 
 
 # The instants an analysis reads (the rest, user marks among them, are not kept).
-_TRACE_START, _LOSSES = "rldbg trace start", "rldbg trace losses"
-_KEPT_INSTANTS = frozenset((_TRACE_START, _LOSSES, sentinel.EVENT, TRIGGER, STACK))
+_TRACE_START, _LOSSES, _STEP_START = "rldbg trace start", "rldbg trace losses", "step start"
+_KEPT_INSTANTS = frozenset((_TRACE_START, _LOSSES, _STEP_START, sentinel.EVENT, TRIGGER, STACK))
+
 # The slices an analysis reads, by cat: all of them, or only those whose args have the key named
 # (a driver call's dispatch/send/wait/recv parts have no "mode" and are not kept).
 _KEPT_SLICES = {"call": None, "transition": None, "step": None, "driver_call": "mode"}
@@ -285,7 +286,36 @@ class Trace:
         for d in (self.mem, self.ledger, *self.gpus.values()):
             for v in d.values():
                 v.sort()
+        self._close_open_steps()
+        self._number_after_the_fact()
         return self
+
+    def _close_open_steps(self) -> None:
+        """A step that started and never ended (its controller, a Ray actor such as VeRL's
+        TaskRunner, was still in it when the trace stopped) ends with the last call that carries it."""
+        closed = {s["step"] for s in self.steps}
+        for e in self.instants:
+            a = e.get("args") or {}
+            n = a.get("step")
+            if e.get("name") != _STEP_START or type(n) is not int or n in closed:
+                continue
+            try:
+                t = _ns(e["ts"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            ends = [c["end"] for c in (*self.driver_calls, *self.calls, *self.transitions) if c["step"] == n]
+            end = max(ends, default=t)
+            closed.add(n)
+            self.steps.append({"name": f"step {n}", "ts": t, "dur": end - t, "end": end, "role": "driver", "rank": 0,
+                               "step": n, "method": None, "flow": None, "args": {"step": n, "open": True}})
+        self.steps.sort(key=lambda s: s["ts"])
+
+    def _number_after_the_fact(self) -> None:
+        late = [s for s in self.steps if (s.get("args") or {}).get(NUMBERED_AFTER)]
+        for s in late:
+            for c in (*self.driver_calls, *self.calls, *self.transitions):
+                if c["step"] is None and s["ts"] <= c["ts"] < s["end"]:
+                    c["step"] = s["step"]
 
     def check(self) -> None:
         """TraceFileError unless the trace holds what the analysis is about."""

@@ -3,15 +3,19 @@
 With VeRL's trainer (RayPPOTrainer and subclasses), a step is what `self.global_steps` says:
 each assignment ends the previous step and starts the new one. A program without it gets steps
 from the order of its calls: the loop's first call is the call that comes round again (of those
-that repeat, the one first seen earliest), and each time it comes round a new step starts; its
-first pass is before any repeat is known and carries no step.
+that repeat, the one first seen earliest), and each time it comes round a new step starts. The
+first pass runs before any repeat is known: when the loop comes round the first time, step 1 is
+recorded after the fact, from that call's first time to now, and the report gives its calls
+(recorded with no step) that number.
 """
 from __future__ import annotations
 
 import threading
+import time
 
 from rldbg import instrument
 from rldbg.trace import runtime as _rt
+from rldbg.trace.events import NUMBERED_AFTER, slice_event
 
 _lock = threading.Lock()
 
@@ -22,6 +26,7 @@ class _Steps:
         self.current = None
         self._cm = None
         self._first: dict = {}
+        self._first_ns: dict = {}
         self._count: dict = {}
         self._anchor = None
         self._session = None
@@ -51,13 +56,22 @@ class _Steps:
         if self.from_trainer:
             return self.current
         key = (role, method)
-        self._first.setdefault(key, len(self._first))
+        if key not in self._first:
+            self._first[key] = len(self._first)
+            self._first_ns[key] = time.time_ns()
         n = self._count[key] = self._count.get(key, 0) + 1
         if n >= 2 and (self._anchor is None or self._first[key] < self._first[self._anchor]):
+            if self._anchor is None:
+                self._first_pass(self._first_ns[key])
             self._anchor = key
         if key == self._anchor:
             self.start(n)
         return self.current
+
+    def _first_pass(self, t0: int) -> None:
+        if _rt.STATE.on:
+            _rt.emit(slice_event("step", "step 1", t0, time.time_ns() - t0, "driver", 0, 1, None, None,
+                                 {"step": 1, NUMBERED_AFTER: True}))
 
     def _sync_session(self) -> None:
         session = id(_rt.STATE.recorder) if _rt.STATE.on else None
