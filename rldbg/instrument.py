@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from rldbg import switches
 from rldbg.context import WorkerIdentity, current, enter_call as _enter_call, leave_call as _leave_call, set_worker
 from rldbg.context import set_step as _set_step
-from rldbg.control import gate as _gate
+from rldbg.control import controller as _controller, gate as _gate
 from rldbg.memory.probes import sample as _mem_sample, sample_full as _mem_sample_full
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
 from rldbg.profilers.torch_prof import profile_call as _profile_call
@@ -133,9 +133,20 @@ def _mem_value(m: dict) -> int:
 
 # ---- driver -------------------------------------------------------------------------------
 
+def _join_controller() -> None:
+    """A controller in a Ray actor (VeRL's TaskRunner) joins the job's hub and numbers its calls
+    apart from every other controller's."""
+    global _flow_ids
+    ids = _controller.join()
+    if ids is not None:
+        _flow_ids = ids
+
+
 def call_begin(group: str, method: str, mode: str, world: int, step: int | None = None) -> Call:
     """Open a driver call of `group.method` on `world` ranks (`mode`: the dispatch mode, free text).
     Send `call.tag` with the call to every rank (for worker_call / method_entry)."""
+    if _gate._gate is None and _controller.due():
+        _join_controller()
     on = _rt.STATE.on
     version, texts = _gate.current_specs()
     specs = (version, tuple(texts)) if version else None

@@ -95,6 +95,13 @@ class DriverGate:
                 return
             report = None   # sent once; the next asks only re-park
 
+    def refresh(self, timeout_s: float = 10.0) -> None:
+        """Learn armed + specs from the hub now (a gate installed mid-run must not let its first
+        call through just because the background poll has not run yet)."""
+        import ray
+
+        self._apply(ray.get(self.hub.sync.remote(self._report()), timeout=timeout_s))
+
     def _give_up(self, why: str) -> None:
         self.armed = self.hub_alive = False
         print(f"rldbg: step gate released, running freely ({why})", file=sys.stderr, flush=True)

@@ -63,7 +63,7 @@ class ControlHub:
         return hub_repr(self.url, self.job_id)
 
     def info(self) -> dict:
-        return {"url": self.url, "job_id": self.job_id}
+        return {"url": self.url, "job_id": self.job_id, "gate_timeout_s": self.timeout_s}
 
     # ---- driver side (Ray calls) ------------------------------------------------------
     def sync(self, report: dict) -> dict:

@@ -114,7 +114,12 @@ def make_generator(udc, func_generator, magic: str):
             out = dispatch_fn(group, *args, **kwargs)
             st = _stack()
             if st:
-                instrument.call_ready(st[-1])
+                call = st[-1]
+                # The shard table the stepper shows while parked before this dispatch; execute()
+                # records the same table in the trace.
+                if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
+                    call.shards = _shards(out[0], out[1], len(wg._workers))
+                instrument.call_ready(call, call.shards)
             return out
 
         def execute(name, *args, **kwargs):
@@ -123,7 +128,7 @@ def make_generator(udc, func_generator, magic: str):
             world = len(wg._workers)
             shards = None
             if call is not None:
-                shards = _shards(args, kwargs, world)
+                shards = call.shards if call.shards is not None else _shards(args, kwargs, world)
                 if taggable:
                     # VeRL's execute_all hands element i of every list argument to rank i when all
                     # of them are lists of world size; the tag must follow the same rule.

@@ -3,8 +3,10 @@ RLDBG_TRACE_WINDOW=N with it: the flight recorder instead (the last N steps, wri
 trigger); RLDBG_TRACE_STEPS=100-110,500: only those steps.
 
 `ray.init` and `ray.shutdown` are wrapped in the process that imports VeRL; only a driver calls
-ray.init, so workers and VeRL's TaskRunner actor just find the job's collector. The trace is
-written when the driver shuts Ray down or exits. `{pid}` in PATH becomes the driver's pid.
+ray.init, so workers and VeRL's TaskRunner actor just find the job's collector. The driver also
+starts the job's control hub (`rldbg top`), which a controller inside an actor joins at its first
+worker-group call (rldbg.control.controller). The trace is written when the driver shuts Ray down
+or exits. `{pid}` in PATH becomes the driver's pid.
 """
 from __future__ import annotations
 
@@ -108,7 +110,25 @@ def start(path: str | None) -> None:
         return
     rldbg.trace.start(path, **recording())
     _started.append(path)
+    _start_hub()
     atexit.register(stop)   # after trace.start's own hook, so it runs first: the last step closes
+
+
+def _start_hub() -> None:
+    import rldbg.control
+
+    if rldbg.control.info() is not None:
+        return   # the program started its own
+    try:
+        info = rldbg.control.start()
+    except Exception as e:   # the trace goes on without the stepper
+        print(f"rldbg: no control hub for `rldbg top` ({e})", file=sys.stderr)
+        return
+    print(f"rldbg: control hub at {info['url']}; watch with `rldbg top --job {info['run']}`", file=sys.stderr)
+    _started_hub.append(True)
+
+
+_started_hub: list = []
 
 
 def stop() -> None:
@@ -117,6 +137,11 @@ def stop() -> None:
     import rldbg.trace
 
     STEPS.close()
+    if _started_hub:
+        import rldbg.control
+
+        _started_hub.clear()
+        rldbg.control.stop()   # releases a controller parked at the gate
     path = _started.pop()
     written = rldbg.trace.stop()
     if recording()["window"]:

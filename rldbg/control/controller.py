@@ -1,0 +1,81 @@
+"""A controller that is not the Ray driver: VeRL's TaskRunner actor (main_ppo runs
+RayPPOTrainer.fit() there), an evaluation actor, a task. The controller is wherever worker-group
+calls are made, so such a process joins its job's hub (started by the driver) and honours the
+step gate like the driver does; its call ids are its own, so the hub and the trace's flows never
+confuse its calls with another controller's.
+
+instrument.call_begin calls due() (one global read and a clock read) while no gate is installed;
+join() looks the hub up by name, at most every RECHECK_S, in processes that are not the driver
+(the driver installs its gate when it starts the hub).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+
+RECHECK_S = 5.0
+# A controller's call ids start at pid * FLOW_SPAN: unique in the job, exact in a trace's JSON.
+FLOW_SPAN = 10 ** 7
+
+_next = [0.0]
+_role: list = []   # [True] in the driver, [False] elsewhere, once known
+
+
+def due() -> bool:
+    return time.monotonic() >= _next[0]
+
+
+def is_driver() -> bool | None:
+    """True in the Ray driver, False in a Ray worker (actor or task), None without Ray."""
+    if _role:
+        return _role[0]
+    try:
+        import ray
+        from ray._private.worker import SCRIPT_MODE, global_worker
+
+        if not ray.is_initialized():
+            return None
+        _role.append(global_worker.mode == SCRIPT_MODE)
+        return _role[0]
+    except Exception:
+        return None
+
+
+def join() -> "itertools.count | None":
+    """In a controller that is not the driver: install a gate on the job's hub if it has one.
+    Returns, the first time it finds it runs outside the driver, the call ids this controller
+    numbers its calls with from now on (else None)."""
+    _next[0] = time.monotonic() + RECHECK_S
+    first = not _role
+    driver = is_driver()
+    if driver is None or driver:
+        if driver:
+            _next[0] = float("inf")   # the driver's gate comes with rldbg.control.start()
+        return None
+    ids = itertools.count(os.getpid() * FLOW_SPAN + 1) if first else None
+    _install_gate()
+    return ids
+
+
+def _install_gate() -> None:
+    from rldbg.control import gate
+
+    if gate.active() is not None:
+        return
+    try:
+        import ray
+
+        from rldbg.control.hub import NAMESPACE, hub_name
+
+        hub = ray.get_actor(hub_name(ray.get_runtime_context().get_job_id()), namespace=NAMESPACE)
+        info = ray.get(hub.info.remote(), timeout=10)
+    except Exception:
+        return   # no hub in this job (yet): look again later
+    g = gate.DriverGate(hub, float(info.get("gate_timeout_s") or 30.0))
+    try:
+        g.refresh()
+    except Exception:
+        g.close()
+        return
+    gate.install(g)
