@@ -135,7 +135,7 @@ def test_step_windows_record_only_the_steps_asked_for(tmp_path):
     # The window opens with the memory and ledger state at its start: the ledger reads right.
     from rldbg.trace.report import read_trace
     t = read_trace(str(run / "trace.json.gz"))
-    first_call = min(c["ts"] for c in t.calls)
+    first_call = min(c["ts"] for c in t.calls if (c["role"], c["rank"]) == ("actor", 0))   # that process's window
     params = t.ledger[("actor", 0, "params")]
     assert params and params[0][0] <= first_call and params[0][1] > 0
 
