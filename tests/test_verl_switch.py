@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_support import require_entry_point
+from verl_support import program_env, require_entry_point
 from polling import until
 
 TESTS = Path(__file__).parent
@@ -20,26 +20,16 @@ PORT = int(os.environ.get("RLDBG_TEST_DASHBOARD_PORT", "8270")) + 1   # the prog
 DASH = f"http://127.0.0.1:{PORT}"
 
 
-def _env(**extra) -> dict:
-    env = dict(os.environ)
-    for k in ("RLDBG_VERL", "RLDBG_TRACE", "RLDBG_BREAKPOINTS", "RAY_ADDRESS", "SLOW_RANK", "SLOW_METHOD"):
-        env.pop(k, None)
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT), env.get("PYTHONPATH", "")])
-    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
 def _rldbg(*args, env=None, input=None, timeout=120):
     return subprocess.run([sys.executable, "-m", "rldbg", *args], capture_output=True, text=True,
-                          env=env or _env(), input=input, timeout=timeout)
+                          env=env or program_env(), input=input, timeout=timeout)
 
 
 def test_switch_loads_only_when_on():
     require_entry_point()
     probe = "import sys, verl; print('rldbg.integrations.verl' in sys.modules, 'rldbg' in sys.modules)"
-    off = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_env(), timeout=120)
-    on = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_env(RLDBG_VERL=1),
+    off = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=program_env(), timeout=120)
+    on = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=program_env(RLDBG_VERL=1),
                         timeout=120)
     assert off.stdout.split() == ["False", "False"], off.stderr   # off: rldbg is not even imported
     assert on.stdout.split() == ["True", "True"], on.stderr
@@ -52,7 +42,7 @@ def test_switch_loads_only_when_on():
 def test_bad_switch_values_fail_in_one_line(env, says):
     require_entry_point()
     r = subprocess.run([sys.executable, "-c", "import verl; print('ran')"], capture_output=True, text=True,
-                       env=_env(**env), timeout=120)
+                       env=program_env(**env), timeout=120)
     assert r.returncode == 2 and "ran" not in r.stdout
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("rldbg:")]
     assert len(lines) == 1 and says in lines[0], r.stderr
@@ -63,7 +53,7 @@ def test_unmodified_program_straggler_breakpoint_attach(tmp_path):
     role, rank and method (and nothing else); the spec pauses only rank 1; attach reaches it."""
     require_entry_point()
     trace = tmp_path / "out.json.gz"
-    env = _env(RLDBG_VERL=1, RLDBG_TRACE=trace, RLDBG_BREAKPOINTS="actor.update_actor@rank=1,step=3",
+    env = program_env(RLDBG_VERL=1, RLDBG_TRACE=trace, RLDBG_BREAKPOINTS="actor.update_actor@rank=1,step=3",
                SLOW_RANK=1, SLOW_METHOD="update_actor", SLOW_S=0.3, STEPS=3, DASHBOARD_PORT=PORT,
                RLDBG_HOME=tmp_path / "home")
     prog = subprocess.Popen([sys.executable, str(TESTS / "verl_program.py")], stdout=subprocess.PIPE,

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from verl_support import require_entry_point
+from verl_support import program_env, require_entry_point
 from polling import until
 
 from rldbg.control.discovery import read_hub_files
@@ -30,16 +30,6 @@ PORT = int(os.environ.get("RLDBG_TEST_DASHBOARD_PORT", "8270")) + 2   # the prog
 DASH = f"http://127.0.0.1:{PORT}"
 STEPS, THINK_S, SLOW_S = 4, 0.2, 0.3
 WAIT_S = 240   # liveness bound (this machine may be busy), not a timing assertion
-
-
-def _env(**extra) -> dict:
-    env = dict(os.environ)
-    for k in ("RLDBG_VERL", "RLDBG_TRACE", "RLDBG_BREAKPOINTS", "RAY_ADDRESS", "SLOW_RANK", "SLOW_METHOD"):
-        env.pop(k, None)
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT), env.get("PYTHONPATH", "")])
-    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
 
 
 async def _until(pilot, pred, what):
@@ -93,7 +83,7 @@ def test_taskrunner_controller_stepper_steps_stragglers_idle(tmp_path, monkeypat
     monkeypatch.setenv("RLDBG_HOME", str(home))   # where `rldbg top` finds the run's token
     if token():   # as `rldbg top` does (rldbg.cli) before it opens a Ray client on the program's cluster
         monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    env = _env(RLDBG_VERL=1, RLDBG_TRACE=trace, RLDBG_HOME=home, SLOW_RANK=1, SLOW_METHOD="update_actor",
+    env = program_env(RLDBG_VERL=1, RLDBG_TRACE=trace, RLDBG_HOME=home, SLOW_RANK=1, SLOW_METHOD="update_actor",
                SLOW_S=SLOW_S, STEPS=STEPS, THINK_S=THINK_S, DASHBOARD_PORT=PORT)
     prog = subprocess.Popen([sys.executable, str(TESTS / "verl_taskrunner_program.py")], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
@@ -119,7 +109,7 @@ def test_taskrunner_controller_stepper_steps_stragglers_idle(tmp_path, monkeypat
     assert after["method"] in ("update_actor", "compute_values")
 
     r = subprocess.run([sys.executable, "-m", "rldbg", "report", "--json", str(trace)], capture_output=True,
-                       text=True, env=_env(), timeout=120)
+                       text=True, env=program_env(), timeout=120)
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     # Steps numbered from call order, the first pass included.

@@ -2,11 +2,28 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+from pathlib import Path
 
 import pytest
 
 if importlib.util.find_spec("verl") is None:
     pytest.skip("verl is not installed (pip install -e '.[verl]')", allow_module_level=True)
+
+
+TESTS = Path(__file__).parent
+
+
+def program_env(**extra) -> dict:
+    """The environment a test runs a VeRL program in: none of the session's rldbg switches or
+    Ray address, the tests and the repo importable, Ray on loopback, then `extra`."""
+    env = dict(os.environ)
+    for k in ("RLDBG_VERL", "RLDBG_TRACE", "RLDBG_BREAKPOINTS", "RAY_ADDRESS", "SLOW_RANK", "SLOW_METHOD"):
+        env.pop(k, None)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(TESTS.parent), env.get("PYTHONPATH", "")])
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
 
 
 def require_entry_point() -> None:
