@@ -225,15 +225,12 @@ def _alarm(role, rank, method, step, bad, args, kwargs, out) -> None:
         print(f"rldbg warning: {err}", file=sys.stderr, flush=True)
 
 
-def alarms(events: list) -> list[dict]:
-    """The non-finite alarms in a loaded Chrome trace (rldbg.trace.load_events), oldest first:
-    ordered by time, not by the text of "ts" (rldbg writes "9.500" µs; as text it sorts after
-    "10.000"), and a trace mixing numbers and strings there does not fail."""
-    from rldbg.trace.load import ts_ns
-    out = [dict(e.get("args") or {}) for e in sorted((e for e in events if e.get("ph") in ("i", "I")
-                                                     and e.get("name") == EVENT), key=lambda e: ts_ns(e.get("ts", 0)))]
-    return [{k: a.get(k) for k in ("role", "rank", "method", "step", "key", "count", "numel", "saved")}
-            for a in out]
+def alarms(instants: list) -> list[dict]:
+    """The non-finite alarms among a read trace's instants (rldbg.trace.report_trace.Trace:
+    {name, ts, args}, ts in ns), oldest first."""
+    out = sorted((e for e in instants if e["name"] == EVENT), key=lambda e: e["ts"])
+    return [{k: e["args"].get(k) for k in ("role", "rank", "method", "step", "key", "count", "numel", "saved")}
+            for e in out]
 
 
 def state_suffix(a: dict) -> str:

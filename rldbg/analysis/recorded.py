@@ -5,10 +5,8 @@ recorder's dump, its trigger and, for a hang, every process's stacks. The report
 from __future__ import annotations
 
 from rldbg.trace.flight import TRIGGER
-from rldbg.trace.report_trace import role_of_pid
 from rldbg.trace.window import STACK, steps_text
 
-TRACE_START = "rldbg trace start"
 SHOWN_FRAMES = 4
 
 
@@ -22,28 +20,21 @@ def _ranges(steps: list) -> list:
     return out
 
 
-def _who(t, e) -> tuple:
-    role = role_of_pid(t.names, e.get("pid")) or "driver"
-    tid = e.get("tid")
-    return role, (tid - 1 if type(tid) is int and role != "driver" else 0)
-
-
 def analyse(t) -> dict:
     steps = [s["step"] for s in t.calls + t.transitions + t.driver_calls if type(s["step"]) is int]
     steps += [int(s["step"]) for s in t.steps if type(s.get("step")) is int]
-    start = next((e.get("args") or {} for e in t.instants if e.get("name") == TRACE_START), {})
+    start = t.start
     how = start.get("recorded") if isinstance(start.get("recorded"), dict) else {}
     out = {"steps": _ranges(steps), "asked_steps": how.get("steps") or [], "window": how.get("window") or 0,
            "trigger": None, "stacks": []}
-    trig = next((e for e in t.instants if e.get("name") == TRIGGER), None)
+    trig = next((e for e in t.instants if e["name"] == TRIGGER), None)
     if trig is not None:
-        role, rank = _who(t, trig)
-        out["trigger"] = dict(trig.get("args") or {}, role=role, rank=rank)
+        out["trigger"] = dict(trig["args"], role=trig["role"], rank=trig["rank"])
     for e in t.instants:
-        if e.get("name") == STACK:
-            role, rank = _who(t, e)
-            a = e.get("args") or {}
-            out["stacks"].append({"role": role, "rank": rank, "thread": a.get("thread"), "stack": a.get("stack") or ""})
+        if e["name"] == STACK:
+            a = e["args"]
+            out["stacks"].append({"role": e["role"], "rank": e["rank"], "thread": a.get("thread"),
+                                  "stack": a.get("stack") or ""})
     return out
 
 

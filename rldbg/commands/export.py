@@ -1,4 +1,7 @@
-"""rldbg export [--address ADDR [--collector NAME] | SPILL_DIR] -o trace.json[.gz] [--jobs N]
+"""rldbg export [--address ADDR [--collector NAME] | SPILL_DIR] -o trace.json[.gz]
+
+The spill goes into the run's store first (trace.rldbg.db beside the output: what `rldbg report`
+reads), and the trace is exported from the store.
 
 A damaged spill (a torn record, garbage, a record failing its checksum, malformed events) is recovered:
 every valid batch and event is exported, and a warning on stderr names each damaged file and
@@ -18,9 +21,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--collector", help="the traced job's collector, rldbg-collector-<job id> "
                                             "(default: the only traced job on the cluster)")
     parser.add_argument("-o", "--output", required=True, help="output trace, .json or .json.gz")
-    parser.add_argument("--jobs", metavar="N",
-                        help="processes reading and formatting the spill side by side (default: one per "
-                             "core, up to 4, for a spill over 16 MB; 1 for one process); the file is the same")
 
 
 def _spill_from_cluster(address: str, name: str | None) -> str:
@@ -53,19 +53,13 @@ def run(args) -> int:
     if not (args.output.endswith(".json") or args.output.endswith(".json.gz")):
         print(f"rldbg export: output {args.output!r} must end in .json or .json.gz", file=sys.stderr)
         return 2
-    jobs = args.jobs
-    if jobs is not None:
-        if not jobs.isdigit() or int(jobs) < 1:
-            print(f"rldbg export: --jobs must be a positive integer, got {jobs!r}", file=sys.stderr)
-            return 2
-        jobs = int(jobs)
     if bool(args.spill_dir) == bool(args.address):
         print("rldbg export: give either SPILL_DIR or --address (not both, not neither)", file=sys.stderr)
         return 2
     try:
         spill = args.spill_dir or _spill_from_cluster(args.address, args.collector)
         damage: list = []
-        info = export_spill(spill, args.output, damage=damage, jobs=jobs)   # damage noted on the way
+        info = export_spill(spill, args.output, damage=damage)   # damage noted on the way
     except (FileNotFoundError, ValueError) as e:
         print(f"rldbg export: {e}", file=sys.stderr)
         return 2
@@ -76,6 +70,6 @@ def run(args) -> int:
         from rldbg.trace.spill import damage_summary
         print(f"rldbg export: WARNING: damaged spill, {len(damage)} bad region(s) skipped: {damage_summary(damage)}; "
               f"every valid record was recovered", file=sys.stderr)
-    print(f"wrote {info['path']} ({info['events']} events)")
+    print(f"wrote {info['path']} ({info['events']} events) and its store {info['store']}")
     return 0
 

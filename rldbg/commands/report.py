@@ -1,5 +1,8 @@
 """rldbg report TRACE [--json] [--html OUT.html]
 
+TRACE: a run's store (trace.rldbg.db), the run's Perfetto file (trace.json.gz, its store read
+from beside it), or a Chrome JSON trace from elsewhere (imported into a store first).
+
 A truncated or damaged trace is still analysed (whatever could be read), but the first line
 says so and the exit status is 3, so a script never takes a partial report for a whole one.
 Losses the trace itself records (events dropped or never sent) are stated on the next line.
@@ -7,7 +10,6 @@ Losses the trace itself records (events dropped or never sent) are stated on the
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 HELP = "summarise a trace: time per role, stragglers, idle time, memory"
@@ -17,7 +19,7 @@ _read: list = []      # what run() read, kept past its return for that (freeing 
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("trace", help="a .json or .json.gz trace written by rldbg")
+    parser.add_argument("trace", help="a run's store (.rldbg.db), its .json/.json.gz trace, or a Chrome JSON trace")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--html", metavar="OUT.html",
                         help="also write a self-contained page with the same facts drawn as charts")
@@ -42,20 +44,18 @@ def recorded_losses(t) -> str | None:
     return f"the trace records {total} events dropped" if total else None
 
 
-def reading_jobs() -> int:
-    """Processes to read and analyse a big trace with: two where two cores are free and the OS
-    forks (this process runs no threads, so its forked helper is safe; rldbg.trace.forked)."""
-    from rldbg.environ import usable_cores
-    return min(usable_cores(), 2) if hasattr(os, "fork") else 1
-
-
 def run(args) -> int:
     import gc
     gc.disable()   # a short-lived process holding a million acyclic dicts: GC passes would only walk them
+    import sqlite3
+
     from rldbg.trace.load import TraceFileError
     from rldbg.trace.report import analysis, read_trace, render
     try:
-        t = read_trace(args.trace, jobs=reading_jobs())
+        t = read_trace(args.trace)
+    except sqlite3.DatabaseError as e:   # a store damaged after it was written
+        print(f"rldbg report: {args.trace!r}: damaged store ({e})", file=sys.stderr)
+        return 2
     except TraceFileError as e:
         print(f"rldbg report: {e}", file=sys.stderr)
         return 2
@@ -71,7 +71,7 @@ def run(args) -> int:
             print(f"rldbg report: WARNING: {lost}")
         sys.stdout.flush()
     try:
-        result = analysis(t, jobs=reading_jobs())
+        result = analysis(t)
     except TraceFileError as e:
         print(f"rldbg report: {e}", file=sys.stderr)
         return 2

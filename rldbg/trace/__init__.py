@@ -8,13 +8,12 @@
     rldbg.trace.dump("manual")                          # written on a trigger (rldbg.trace.flight)
 
 Layout: events (record format) → recorder (per-process buffer + flusher) → wire (TCP) → server →
-collector (in the driver, spills to disk) → export (Chrome JSON for Perfetto) → report
-(analysis) / tp (SQL checks).
+collector (in the driver, spills to disk) → at stop, the run's store (rldbg.store: SQLite) →
+export (Chrome JSON for Perfetto) and report (analysis), both queries over the store.
 
 The session functions are looked up in rldbg.trace.session on first use, not imported with the
-package: every process that records imports rldbg.trace (through rldbg.api), and so does each
-helper of a side-by-side export (rldbg.trace.export_jobs), whose start-up the exporting process
-waits for; neither needs the session's collector and Ray glue.
+package: every process that records imports rldbg.trace (through rldbg.api) and needs none of
+the session's collector and Ray glue.
 """
 _SESSION = ("start", "stop", "tracing", "collector_handle", "last_losses", "loss_line", "dump", "last_dumps")
 

@@ -1,10 +1,11 @@
-"""Spill directory → Chrome JSON trace that Perfetto loads without import errors.
+"""A run's store (rldbg.store) → the Chrome JSON trace Perfetto loads without import errors.
 
-Two passes over the spill so memory stays bounded by calls, not events: pass 1 (_Index) learns
-the tracks, the time origin, each process's clock offset and the rank slices that end each
-driver call; pass 2 writes each event's text (rldbg.trace.chrome_text, which also holds the
-layout: pids, tids, counter tracks, flows). Big spills are read by several processes side by
-side (rldbg.trace.export_jobs); the file is the same.
+export_spill() writes a spill's store beside the trace (rldbg.store.ingest) and exports from it;
+export_store() exports a store. What the export needs besides the events themselves (the tracks
+in first-seen order, the time origin, each process's clock offset, the rank slices that end each
+driver call) is in the store's tables and one query (_Index.from_store); the events are then
+read in arrival order and each one's text written by rldbg.trace.chrome_text, which also holds
+the layout: pids, tids, counter tracks, flows.
 
 Nodes and clocks: each rank's thread_name metadata carries the process behind it (pid, host,
 node_id, node_ip, its clock offset and uncertainty) and its call slices carry node/ip; a process
@@ -14,24 +15,16 @@ clock. The "rldbg trace start" instant's args hold the per-process estimates ("c
 """
 from __future__ import annotations
 
-import copy
 import gzip
 import os
 import stat
-import sys
-from itertools import compress, repeat
 from operator import itemgetter
 
-from rldbg.trace import export_jobs
 from rldbg.trace.chrome_text import Formatter, dumps, us
 from rldbg.trace.clock import batch_offset, uncertainty
-from rldbg.trace.events import DRIVER_CALL, SLICE
 from rldbg.trace.load import no_gc
-from rldbg.trace.spill import iter_records, read_meta
 
-_CALL = "call"   # the category of a rank's slice serving a driver call, and of the driver call
-_PH, _CAT, _TS, _ROLE_RANK, _FLOW = itemgetter(0), itemgetter(1), itemgetter(3), itemgetter(5, 6), itemgetter(9)
-_FIRST = itemgetter(0)
+_CAT, _TS, _ROLE_RANK = itemgetter(1), itemgetter(3), itemgetter(5, 6)
 
 
 def _key(batch: dict) -> str:
@@ -39,32 +32,41 @@ def _key(batch: dict) -> str:
 
 
 class _Index:
-    """What pass 1 learns: tracks, rank slice ends per call, drops, the time origin, and which
-    process (node, clock) stands behind each role/rank. Times are kept as recorded until
-    finish() knows each process's clock offset."""
+    """What the export knows besides the events: tracks, the time origin, which process (node,
+    clock) stands behind each role/rank, drops, and the rank slices that end each driver call.
+    Learnt a batch at a time from a spill as it goes into a store (see(): rldbg.store.ingest),
+    kept in the store's tables and read back from them (from_store()). Times are kept as
+    recorded until finish() knows each process's clock offset."""
 
     def __init__(self, meta: dict):
         self.origin = int(meta.get("origin_ns") or 0)
         self.meta = meta
         self.roles: dict[str, int] = {"driver": 1}
         self.ranks: dict[str, set] = {"driver": {0}}
-        self.rank_ends: dict[int, dict] = {}      # flow -> {(role, rank): ts_end}, from calls by ends_for()
-        self.calls: list = []                     # ("host:pid", [(flow, role, rank, end ts)] of a batch's call slices) until ends_for()
+        self.rank_ends: dict = {}                 # flow -> {(role, rank): (ts_end, "host:pid")}
         self.drops: dict[str, list] = {}          # "host:pid" -> [dropped, t_sent]
         self.procs: dict[str, dict] = {}          # "host:pid" -> where it runs and its clock
         self.rank_proc: dict[tuple, str] = {}     # (role, rank) -> "host:pid"
         self.first: dict[str, int] = {}           # "host:pid" -> its earliest timestamp
         self.offsets: dict[str, int] = {}         # "host:pid" -> ns to add to its timestamps
         self.n = 0
-        self.kept: list | None = None   # pass 1's decoded batches, when few enough
         self.slots: dict[tuple, int] = {}         # (role, rank) -> its place in bind ids (finish())
-        self.driver_flows: set = set()            # flows of the driver calls seen (pass 2 needs their rank_ends)
 
     def see(self, meta: dict, evs) -> None:
-        """One batch of pass 1."""
+        """One batch of a spill."""
         key = self.see_batch(meta)
         if evs:
-            self.see_batch_events(key, evs)
+            self.n += len(evs)
+            ts = min(map(_TS, evs))
+            if key not in self.first or ts < self.first[key]:
+                self.first[key] = ts
+            known = key in self.procs
+            for role, rank in dict.fromkeys(map(_ROLE_RANK, evs)):   # first-seen order: stable pids
+                if known:
+                    self.rank_proc[(role, rank)] = key
+                if role not in self.roles:
+                    self.roles[role] = len(self.roles) + 1
+                self.ranks.setdefault(role, set()).add(rank)
         if meta.get("dropped"):
             self.drops[key] = [meta["dropped"], meta.get("t_sent", 0)]
 
@@ -81,66 +83,37 @@ class _Index:
             p["clock_offset_ns"], p["clock_uncertainty_ns"] = batch_offset(batch), u
         return key
 
-    def see_batch_events(self, key: str, evs) -> None:
-        """A batch's (valid) events, taken column-wise at C speed where it can be."""
-        calls = list(compress(evs, map(_CALL.__eq__, map(_CAT, evs))))
-        self._learn(key, len(evs), min(map(_TS, evs)), dict.fromkeys(map(_ROLE_RANK, evs)),
-                    [(ev[9], ev[5], ev[6], ev[3] + ev[4]) for ev in calls if ev[0] == SLICE and ev[9] is not None],
-                    map(_FLOW, compress(calls, map(DRIVER_CALL.__eq__, map(_PH, calls)))))
-
-    def _learn(self, key: str, n: int, ts: int, role_ranks, calls: list, driver_flows) -> None:
-        self.n += n
-        if key not in self.first or ts < self.first[key]:
-            self.first[key] = ts
-        known = key in self.procs
-        for role, rank in role_ranks:   # first-seen order: stable pids
-            if known:
-                self.rank_proc[(role, rank)] = key
-            if role not in self.roles:
-                self.roles[role] = len(self.roles) + 1
-            self.ranks.setdefault(role, set()).add(rank)
-        # A batch's call slices kept as (flow, role, rank, end): which of them end which driver
-        # call is worked out later (ends_for), only for the driver calls there are, not for every
-        # rank call of a spill whose driver calls may be few or none.
-        if calls:
-            self.calls.append((key, calls))
-        self.driver_flows.update(driver_flows)
-        self.driver_flows.discard(None)
-
-    def ends_for(self, flows: set) -> dict:
-        """{flow: {(role, rank): (end ts as recorded, "host:pid")}} of the rank call slices of
-        `flows`, a later slice winning for the same rank as in arrival order; the kept call
-        events are let go (called once, when the driver calls of the whole spill are known)."""
-        ends: dict = {}
-        calls, self.calls = self.calls, []
-        for key, slices in calls:
-            for flow, role, rank, end in compress(slices, map(flows.__contains__, map(_FIRST, slices))):
-                ends.setdefault(flow, {})[(role, rank)] = (end, key)
-        return ends
-
-    def merge(self, later: "_Index") -> None:
-        """Fold in what pass 1 learnt from the part of the spill right after this one's (a
-        reader working beside this one: rldbg.trace.export_jobs). The result is what one pass
-        over both parts in a row learns: first sightings keep their order, later batches win
-        where a later batch overrides, a process keeps its best clock estimate."""
-        for role in later.roles:
-            if role not in self.roles:
-                self.roles[role] = len(self.roles) + 1
-        for role, ranks in later.ranks.items():
-            self.ranks.setdefault(role, set()).update(ranks)
-        self.calls += later.calls   # rank_ends come from these only after the merge (ends_for)
-        self.drops.update(later.drops)
-        for key, p in later.procs.items():
-            mine = self.procs.setdefault(key, p)
-            u = p["clock_uncertainty_ns"]
-            if mine is not p and u is not None and (mine["clock_uncertainty_ns"] is None or u < mine["clock_uncertainty_ns"]):
-                mine["clock_offset_ns"], mine["clock_uncertainty_ns"] = p["clock_offset_ns"], u
-        self.rank_proc.update(later.rank_proc)
-        self.driver_flows |= later.driver_flows
-        for key, ts in later.first.items():
-            if key not in self.first or ts < self.first[key]:
-                self.first[key] = ts
-        self.n += later.n
+    @classmethod
+    def from_store(cls, conn, align: bool) -> "_Index":
+        """What see() learnt from the store's spill, read back from the store's tables, finished."""
+        from rldbg.store import schema
+        idx = cls(schema.get(conn, "meta") or {})
+        keys = {}
+        for pid, key, ppid, host, node, ip, off, unc, dropped, t_sent, first in conn.execute(
+                "SELECT id, key, pid, host, node_id, node_ip, clock_offset_ns, clock_uncertainty_ns, dropped, "
+                "t_sent, first_ts FROM processes ORDER BY id"):
+            keys[pid] = key
+            if node is not None:
+                idx.procs[key] = {"pid": ppid, "host": host, "node_id": node, "node_ip": ip,
+                                  "clock_offset_ns": off, "clock_uncertainty_ns": unc}
+            if dropped:
+                idx.drops[key] = [dropped, t_sent]
+            if first is not None:
+                idx.first[key] = first
+        for role, rank, proc in conn.execute("SELECT role, rank, proc FROM tracks ORDER BY ord"):
+            if role not in idx.roles:
+                idx.roles[role] = len(idx.roles) + 1
+            idx.ranks.setdefault(role, set()).add(rank)
+            if proc is not None:
+                idx.rank_proc[(role, rank)] = keys[proc]
+        idx.n = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        # The rank slices of each driver call, a later one winning for the same rank.
+        for flow, role, rank, end, proc in conn.execute(
+                "SELECT flow, role, rank, ts + dur, proc FROM events WHERE cat = 'call' AND ph = 'X' AND flow IN "
+                "(SELECT flow FROM events WHERE cat = 'call' AND ph = 'D') ORDER BY seq"):
+            idx.rank_ends.setdefault(flow, {})[(role, rank)] = (end, keys[proc])
+        idx.finish(align)
+        return idx
 
     def finish(self, align: bool) -> None:
         """One offset per process, its best estimate (smallest round trip): the same shift for all
@@ -176,6 +149,15 @@ class _Index:
         fid = flow * len(self.slots) + slot + 1
         return fid if fid < 1 << 63 else None
 
+    def start_args(self, aligned: bool) -> dict:
+        """The args of the trace's start record: its origin, job, clocks and what was recorded."""
+        meta = self.meta
+        return {"origin_unix_ns": self.origin, "job_id": meta.get("job_id"), "format": "rldbg-1",
+                "clock": dict(self.clock(), aligned=aligned),
+                # what was recorded: every step, chosen steps, or a flight recorder's window
+                "recorded": {"steps": meta.get("steps") or [], "window": meta.get("window") or 0,
+                             "flight": meta.get("flight")}}
+
     def clock(self) -> dict:
         """The trace metadata on clocks: reference, worst uncertainty, per-process estimates."""
         us = [p["clock_uncertainty_ns"] for p in self.procs.values() if p["clock_uncertainty_ns"] is not None]
@@ -185,55 +167,32 @@ class _Index:
                               for k, p in sorted(self.procs.items())}}
 
 
-KEEP_DECODED = 2_000_000   # events pass 1 keeps for pass 2 (decoded about 0.5 GB); beyond, pass 2 rereads
-
-
-def _index(spill_dir: str, align: bool = True, damage: list | None = None, pieces: list | None = None,
-           keep: int = KEEP_DECODED) -> _Index:
-    """Pass 1 over the spill, or over `pieces` of it (rldbg.trace.spill.split; then unfinished:
-    the caller merges the parts and finishes). The decoded batches are kept for pass 2 up to
-    `keep` events; beyond, pass 2 reads the spill again."""
-    idx = _Index(read_meta(spill_dir))
-    kept: list | None = []
-    for meta, evs in iter_records(spill_dir, damage, tuples=True, pieces=pieces):
-        idx.see(meta, evs)
-        if kept is not None:
-            kept.append((meta, evs))
-            if idx.n > keep:
-                kept = None
-    if pieces is None:
-        idx.rank_ends = idx.ends_for(idx.driver_flows)
-        idx.finish(align)
-    idx.kept = kept
-    return idx
-
-
 # Events joined into one write: ~75 KB of text, under glibc's mmap threshold, so each write's
-# buffers reuse the same heap memory; a batch's 3 MB were mapped and faulted in afresh each time.
+# buffers reuse the same heap memory.
 _WRITE_EVENTS = 512
+_EVENTS = "SELECT proc, ph, cat, name, ts, dur, role, rank, step, method, flow, args FROM events ORDER BY seq"
 
 
-def write_events(f, idx: _Index, spill_dir: str, pieces: list | None = None) -> int:
-    """Pass 2: the events of the spill (or of `pieces` of it) as JSON lines, each ending ",\n";
-    returns how many were written."""
+def write_events(f, idx: _Index, conn) -> int:
+    """The store's events as JSON lines, each ending ",\n", in arrival order; returns how many
+    were written. A run of events from one process is formatted together (one clock offset)."""
+    from rldbg.store.queries import raw_args
     fmt, written = Formatter(idx), 0
-    if idx.kept is not None:
-        # Each kept batch let go of right after it is written: freed while still in the cache,
-        # not a million cold events at the end.
-        kept, idx.kept = idx.kept, None
-        kept.reverse()
-        batches = map(kept.pop, repeat(-1, len(kept)))
-    else:
-        # What pass 1 found damaged it has recorded: nothing is recorded twice.
-        batches = iter_records(spill_dir, None, tuples=True, pieces=pieces)
-    for meta, evs in batches:
-        if not evs:
-            continue
-        off = idx.offsets.get(_key(meta), 0)
-        parts = fmt.batch(evs, off)
-        for i in range(0, len(parts), _WRITE_EVENTS):
-            f.write((",\n".join(parts[i:i + _WRITE_EVENTS]) + ",\n").encode("utf-8", "replace"))
-        written += len(parts)
+    keys = dict(conn.execute("SELECT id, key FROM processes"))
+    offsets = {pid: idx.offsets.get(key, 0) for pid, key in keys.items()}
+    cur = conn.execute(_EVENTS)
+    while rows := cur.fetchmany(20_000):
+        start = 0
+        for i in range(1, len(rows) + 1):
+            if i < len(rows) and rows[i][0] == rows[start][0]:
+                continue
+            evs = [(ph, cat, name, ts, dur, role, rank, step, method, flow, raw_args(a))
+                   for _, ph, cat, name, ts, dur, role, rank, step, method, flow, a in rows[start:i]]
+            parts = fmt.batch(evs, offsets.get(rows[start][0], 0))
+            for j in range(0, len(parts), _WRITE_EVENTS):
+                f.write((",\n".join(parts[j:j + _WRITE_EVENTS]) + ",\n").encode("utf-8", "replace"))
+            written += len(parts)
+            start = i
     return written
 
 
@@ -255,27 +214,35 @@ def _open(path: str):
 
 
 def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool = True,
-                 damage: list | None = None, jobs: int | None = None) -> dict:
-    """Write the trace; returns {"events": n_in, "written": n_out, "path": out_path}.
-    align_clocks=False writes each process's own timestamps (to see what the correction did).
-    `damage`, when given, receives the spill's damaged regions (rldbg.trace.spill.iter_records).
-    `extra(put, locate, origin_ns)` may add events of its own before the trailer: put(event dict)
-    writes one, locate(role, rank) -> (pid, tid, clock offset ns to add to that rank's own
-    timestamps) or None places it on a rank's track. The
-    exporter knows nothing of who adds them (rldbg.trace.session passes the torch.profiler merge).
-    `jobs`: processes reading and formatting the spill side by side (rldbg.trace.export_jobs);
-    None picks by the spill's size and the cores here. The file is the same either way."""
-    if jobs is not None and (type(jobs) is not int or jobs < 1):
-        raise ValueError(f"jobs must be a positive int or None, got {jobs!r}")
+                 damage: list | None = None) -> dict:
+    """The spill's store written beside `out_path` (rldbg.store.store_path_for), then the trace
+    exported from it (export_store); returns {"events": n_in, "written": n_out, "path": out_path,
+    "store": its path}. `damage`, when given, receives the spill's damaged regions
+    (rldbg.trace.spill.iter_records)."""
+    from rldbg.store import store_path_for
+    from rldbg.store.ingest import from_spill
+    from rldbg.trace.spill import read_meta
     read_meta(spill_dir)   # a spill that is not one is said first, before the output's directory is made
     _prepare_out(out_path)
-    n_jobs = export_jobs.choose(spill_dir, jobs)
+    db = store_path_for(out_path)
+    conn = from_spill(spill_dir, db, damage, exported_to=os.path.basename(out_path))
+    try:
+        return dict(export_store(conn, out_path, extra, align_clocks), store=db)
+    finally:
+        conn.close()
+
+
+def export_store(conn, out_path: str, extra=None, align_clocks: bool = True) -> dict:
+    """Write the Perfetto trace of the store open on `conn`; returns {"events", "written", "path"}.
+    align_clocks=False writes each process's own timestamps (to see what the correction did).
+    `extra(put, locate, origin_ns)` may add events of its own before the trailer: put(event dict)
+    writes one, locate(role, rank) -> (pid, tid, clock offset ns to add to that rank's own
+    timestamps) or None places it on a rank's track. The exporter knows nothing of who adds them
+    (rldbg.trace.session passes the torch.profiler merge)."""
+    _prepare_out(out_path)
     with no_gc():
-        if n_jobs > 1:
-            done = export_jobs.export(sys.modules[__name__], spill_dir, out_path, extra, align_clocks, damage, n_jobs)
-            if done is not None:
-                return done
-        return _export(spill_dir, out_path, extra, align_clocks, damage)
+        idx = _Index.from_store(conn, align_clocks)
+        return write_trace(out_path, idx, align_clocks, extra, lambda f: write_events(f, idx, conn))
 
 
 def _check_out(path: str) -> None:
@@ -297,11 +264,6 @@ def _prepare_out(path: str) -> None:
         raise ValueError(f"cannot write {path!r}: {e.strerror} ({e.filename})") from None
 
 
-def _export(spill_dir: str, out_path: str, extra, align_clocks: bool, damage: list | None) -> dict:
-    idx = _index(spill_dir, align_clocks, damage)
-    return write_trace(out_path, idx, align_clocks, extra, lambda f: write_events(f, idx, spill_dir))
-
-
 def write_trace(out_path: str, idx: _Index, align_clocks: bool, extra, events) -> dict:
     """The file around the events: track metadata and the trace-start record first, then
     `events(f)` (writes the event lines, returns how many), then what `extra` adds and the
@@ -321,11 +283,7 @@ def write_trace(out_path: str, idx: _Index, align_clocks: bool, extra, events) -
                 put({"ph": "M", "pid": pid, "tid": rank + 1, "name": "thread_name",
                      "args": dict(_where(idx, role, rank), name=tname)})
         put({"ph": "i", "s": "g", "pid": 1, "tid": 1, "name": "rldbg trace start", "ts": "0.000",
-             "args": {"origin_unix_ns": idx.origin, "job_id": idx.meta.get("job_id"), "format": "rldbg-1",
-                      "clock": dict(idx.clock(), aligned=align_clocks),
-                      # what was recorded: every step, chosen steps, or a flight recorder's window
-                      "recorded": {"steps": idx.meta.get("steps") or [], "window": idx.meta.get("window") or 0,
-                                   "flight": idx.meta.get("flight")}}})
+             "args": idx.start_args(align_clocks)})
         written += events(f)
         if extra is not None:
             def locate(role, rank):

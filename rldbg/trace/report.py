@@ -1,30 +1,34 @@
-"""`rldbg report`: reads a trace (rldbg.trace.report_trace.Trace), runs the analyses over it (one
-module each in rldbg.analysis: time, stragglers, memory, transitions, gpus, run) and renders
-their results as text; --json prints the same dict, --html draws it (rldbg.trace.html_report).
-
-Works on the exported Chrome JSON (rldbg's own layout: see chrome_text.py), so a trace copied off a
-cluster can be analysed anywhere.
+"""`rldbg report`: reads a trace's store (rldbg.store: a run's own, or a trace from elsewhere
+imported into one) into the analyses' input (rldbg.trace.report_trace.Trace), runs the analyses
+over it (one module each in rldbg.analysis: time, stragglers, memory, transitions, gpus, run,
+recorded) and renders their results as text; --json prints the same dict, --html draws it
+(rldbg.trace.html_report).
 """
 from __future__ import annotations
-
-import contextlib
 
 from rldbg import sentinel
 from rldbg.analysis import gpus as gpu_analysis, recorded, transitions as transition_analysis
 from rldbg.analysis.memory import leaks, memory_peaks
-from rldbg.analysis.run import clock, ranks
+from rldbg.analysis.run import clock
 from rldbg.analysis.stragglers import stragglers
 from rldbg.analysis.time import controller_idle, role_shares
 from rldbg.memory.leaks import describe
-from rldbg.trace.forked import Forked, HelperLost
 from rldbg.trace.load import no_gc
-from rldbg.trace.report_trace import Trace, read_trace
+from rldbg.trace.report_trace import Trace
 
 __all__ = ["Trace", "read_trace", "analyse", "analyse_trace", "analysis", "render"]
 
-# Slices from which the memory peaks are worth a forked helper (about 3 µs a slice here, and a
-# fork of a report holding a big trace costs tens of ms).
-PEAKS_APART = 50_000
+
+def read_trace(path: str) -> Trace:
+    """The Trace of the store `path` means (rldbg.store.find: a store, a run's Perfetto file with
+    its store beside it, or a Chrome JSON trace, imported); its damage notes in .notes.
+    TraceFileError (one line) for what is none of these."""
+    from rldbg.store import find, queries
+    conn = find.open_for(path)
+    try:
+        return queries.read(conn, path)
+    finally:
+        conn.close()
 
 
 def analyse(path: str) -> dict:
@@ -38,26 +42,14 @@ def analyse_trace(path: str) -> tuple[dict, Trace]:
     return analysis(t), t
 
 
-def analysis(t: Trace, jobs: int = 1) -> dict:
-    """What a read trace says (TraceFileError if it holds no rldbg slices). The analyses only
-    read the Trace; with `jobs` > 1 (only from a process without threads: the report's CLI) and
-    many slices, the memory peaks and leak suspicions (the two that read the memory series,
-    about as long as the rest together) are worked out by a forked helper while this process
-    does the rest."""
+def analysis(t: Trace) -> dict:
+    """What a read trace says (TraceFileError if it holds no rldbg slices)."""
     t.check()
-    apart = jobs > 1 and len(t.calls) + len(t.transitions) >= PEAKS_APART
-
-    def memory() -> tuple:
-        return memory_peaks(t), leaks(t), transition_analysis.analyse(t)
-    with no_gc(), (Forked(memory) if apart else contextlib.nullcontext()) as helper:
-        out = {"trace": t.path, "ranks": ranks(t.meta), "clock": clock(t.instants), "time": role_shares(t),
-               **stragglers(t), "controller": controller_idle(t), "memory_peaks": None,
-               "leaks": None, "nonfinite": sentinel.alarms(t.instants)}
-        try:
-            out["memory_peaks"], out["leaks"], moved = helper.result() if helper is not None else memory()
-        except HelperLost:
-            out["memory_peaks"], out["leaks"], moved = memory()
-        out.update(moved)
+    with no_gc():
+        out = {"trace": t.path, "ranks": t.ranks, "clock": clock(t.start), "time": role_shares(t),
+               **stragglers(t), "controller": controller_idle(t), "memory_peaks": memory_peaks(t),
+               "leaks": leaks(t), "nonfinite": sentinel.alarms(t.instants)}
+        out.update(transition_analysis.analyse(t))
         out["gpus"] = gpu_analysis.analyse(t, out["ranks"])
         out["recorded"] = recorded.analyse(t)
     return out

@@ -1,0 +1,41 @@
+"""The run as a store: one SQLite file per trace that the report, `rldbg top`'s history and the
+Perfetto export query (rldbg.store.schema lays out its tables).
+
+Why SQLite: it is in Python's standard library, so the store adds no dependency to an rldbg that
+must install beside a user's own Ray and torch (DuckDB is a 50 MB wheel); the file is one
+self-describing database any language or the `sqlite3` shell can open and query; it is
+transactional, so a run stopped half-way through writing its store leaves the last whole commit,
+never a torn file; and what the report asks of it (the few thousand rldbg slices and counter
+samples of a run among a million events, picked by an index on the category) it answers without
+a column engine. A run's store sits beside its Perfetto export: `trace.json.gz` and
+`trace.rldbg.db` (store_path_for); a trace from elsewhere is imported into a store first
+(rldbg.store.chrome_import).
+"""
+from __future__ import annotations
+
+SUFFIX = ".rldbg.db"
+
+
+def base_of(trace_path: str) -> str:
+    """A trace path without its .json / .json.gz / store suffix."""
+    for ext in (SUFFIX, ".json.gz", ".json"):
+        if trace_path.endswith(ext):
+            return trace_path[: -len(ext)]
+    return trace_path
+
+
+def store_path_for(trace_path: str) -> str:
+    """Where the store of the trace exported to `trace_path` lives: beside it, `<base>.rldbg.db`."""
+    return base_of(trace_path) + SUFFIX
+
+
+def is_store(path: str) -> bool:
+    """Whether the file at `path` is an SQLite database (by its header, not its name)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+__all__ = ["SUFFIX", "base_of", "store_path_for", "is_store"]

@@ -1,0 +1,157 @@
+"""What the report asks of a store (rldbg.store.schema): the Trace its analyses read
+(rldbg.trace.report_trace), in three queries over the categories and instants they need; the rest
+of a run's events (user spans, marks, a driver call's parts) is never read.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+
+import orjson
+
+from rldbg import sentinel
+from rldbg.store import schema
+from rldbg.trace.events import NUMBERED_AFTER
+from rldbg.trace.flight import TRIGGER
+from rldbg.trace.load import no_gc
+from rldbg.trace.report_trace import Trace, bad_field, finite_number, odd_notes
+from rldbg.trace.window import STACK
+
+STEP_START = "step start"
+KEPT_INSTANTS = (sentinel.EVENT, TRIGGER, STACK, STEP_START, "rldbg trace losses")
+_SLICE_CATS = ("call", "transition", "step", "driver_call")
+_GPU_COUNTER = re.compile(r"^(gpu\d+) memory$")
+
+_SLICES = f"""SELECT e.ph, e.cat, e.name, e.ts + p.shift, e.dur, e.role, e.rank, e.step, e.method, e.flow, e.args
+FROM events e JOIN processes p ON p.id = e.proc WHERE e.cat IN ({",".join("?" * len(_SLICE_CATS))})
+ORDER BY e.seq"""
+_COUNTERS = """SELECT e.cat, e.name, e.ts + p.shift, e.role, e.rank, e.args
+FROM events e JOIN processes p ON p.id = e.proc WHERE e.cat IN ('memory', 'ledger', 'gpu') AND e.ph = 'C'
+ORDER BY e.seq"""
+_INSTANTS = f"""SELECT e.name, e.ts + p.shift, e.role, e.rank, e.step, e.args
+FROM events e JOIN processes p ON p.id = e.proc
+WHERE e.ph IN ('i', 'I') AND e.name IN ({",".join("?" * len(KEPT_INSTANTS))}) ORDER BY e.ts + p.shift, e.seq"""
+_RANKS = """SELECT t.role, t.rank, p.node_id, p.node_ip, p.pid FROM tracks t JOIN processes p ON p.id = t.proc
+WHERE p.node_id IS NOT NULL ORDER BY t.ord"""
+
+
+def raw_args(text):
+    """An event's args as the producer gave them (None for none), from the store's JSON text."""
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:   # NaN, Infinity: the stdlib wrote them, the stdlib reads them
+        return json.loads(text)
+
+
+def args_of(text):
+    """An event's args from the store's JSON text: a dict ({} for none; args that are not a
+    map kept whole under "value", as the export lays them out)."""
+    a = raw_args(text)
+    return a if type(a) is dict else {} if a is None else {"value": a}
+
+
+def read(conn: sqlite3.Connection, path: str = "") -> Trace:
+    """The Trace of the store open on `conn` (`path`: what the report names it by)."""
+    t = Trace()
+    t.path = path
+    odd = dict(schema.get(conn, "odd_fields") or {})
+    with no_gc():
+        _slices(conn, t, odd)
+        odd_samples = _counters(conn, t) + (schema.get(conn, "odd_samples") or 0)
+        _instants(conn, t)
+    t.ranks = sorted(({"role": role, "rank": 0 if role == "driver" else rank, "node": str(node or ""),
+                       "ip": str(ip or ""), "pid": pid} for role, rank, node, ip, pid in conn.execute(_RANKS)),
+                     key=lambda r: (r["role"] != "driver", r["role"], r["rank"]))
+    t.start = schema.get(conn, "start") or {}
+    t.dropped_total = schema.get(conn, "dropped_total") or 0
+    t.notes = list(schema.get(conn, "notes") or []) + odd_notes(odd, odd_samples)
+    _close_open_steps(t)
+    _number_after_the_fact(t)
+    return t
+
+
+def _slices(conn, t: Trace, odd: dict) -> None:
+    into = {"call": t.calls, "transition": t.transitions, "step": t.steps, "driver_call": t.driver_calls}
+    for ph, cat, name, ts, dur, role, rank, step, method, flow, text in conn.execute(_SLICES, _SLICE_CATS):
+        if ph == "D":   # a driver call as recorded: its slice in the export is named by its method
+            lst, name = t.driver_calls, method
+        elif ph == "X":
+            lst = into[cat]
+        else:
+            continue
+        a = args_of(text)
+        if cat == "driver_call" and "mode" not in a:
+            continue   # an imported trace's dispatch/send/wait/recv parts of a driver call
+        rec = {"name": name, "ts": ts, "dur": dur, "end": ts + dur, "role": role, "rank": rank, "step": step,
+               "method": method, "flow": flow, "args": a}
+        why = bad_field(rec)
+        if why is not None:
+            odd[why] = odd.get(why, 0) + 1
+            continue
+        lst.append(rec)
+
+
+def _counters(conn, t: Trace) -> int:
+    """The memory, ledger and GPU series; returns how many samples were not numbers."""
+    odd = 0
+    nodes = {(role, rank): str(node or "") for role, rank, node, _, _ in conn.execute(_RANKS)}
+    gpus: dict = {}
+    for cat, name, ts, role, rank, text in conn.execute(_COUNTERS):
+        if cat == "gpu":
+            g = _GPU_COUNTER.match(name) if type(name) is str else None
+            if g is None:
+                continue
+            series_of = gpus.get((role, rank, g.group(1)))
+            if series_of is None:
+                series_of = gpus[(role, rank, g.group(1))] = t.gpus.setdefault(
+                    (nodes.get((role, rank), ""), g.group(1)), {})
+        elif role is None or type(rank) is not int:
+            continue   # a process never named: its samples belong to no role
+        for series, v in args_of(text).items():
+            if not finite_number(v):
+                odd += 1
+                continue
+            if cat == "gpu":
+                got = series_of.get(series)
+                (got if got is not None else series_of.setdefault(series, [])).append((ts, v))
+            else:
+                (t.mem if cat == "memory" else t.ledger)[(role, rank, series)].append((ts, v))
+    for d in (t.mem, t.ledger, *t.gpus.values()):
+        for v in d.values():
+            v.sort()
+    return odd
+
+
+def _instants(conn, t: Trace) -> None:
+    for name, ts, role, rank, step, text in conn.execute(_INSTANTS, KEPT_INSTANTS):
+        # The layout's role, rank and step win over the instant's own args, as in the export.
+        t.instants.append({"name": name, "ts": ts, "role": role, "rank": rank,
+                           "args": dict(args_of(text), role=role, rank=rank, step=step)})
+
+
+def _close_open_steps(t: Trace) -> None:
+    """A step that started and never ended (its controller, a Ray actor such as VeRL's
+    TaskRunner, was still in it when the trace stopped) ends with the last call that carries it."""
+    closed = {s["step"] for s in t.steps}
+    for e in t.instants:
+        n = e["args"].get("step")
+        if e["name"] != STEP_START or type(n) is not int or n in closed:
+            continue
+        ends = [c["end"] for c in (*t.driver_calls, *t.calls, *t.transitions) if c["step"] == n]
+        end = max(ends, default=e["ts"])
+        closed.add(n)
+        t.steps.append({"name": f"step {n}", "ts": e["ts"], "dur": end - e["ts"], "end": end, "role": "driver",
+                        "rank": 0, "step": n, "method": None, "flow": None, "args": {"step": n, "open": True}})
+    t.steps.sort(key=lambda s: s["ts"])
+
+
+def _number_after_the_fact(t: Trace) -> None:
+    """Calls recorded before their step was known take the number of the step slice around them."""
+    late = [s for s in t.steps if s["args"].get(NUMBERED_AFTER)]
+    for s in late:
+        for c in (*t.driver_calls, *t.calls, *t.transitions):
+            if c["step"] is None and s["ts"] <= c["ts"] < s["end"]:
+                c["step"] = s["step"]
