@@ -47,7 +47,7 @@ def _trace(tmp_path) -> list[str]:
         t += 10_000_000
     w.close()
     out = tmp_path / "t.json"
-    export_spill(spill, str(out), jobs=1)
+    export_spill(spill, str(out))
     return [ln.rstrip(",") for ln in out.read_text(encoding="utf-8").splitlines() if ln.startswith("{")]
 
 

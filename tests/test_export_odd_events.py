@@ -112,7 +112,7 @@ def _rank1(objs: list, name: str, ph: str = "X") -> list:
 
 def test_every_kind_of_event_is_written_as_json_dumps_of_its_dict_with_the_layouts_args(tmp_path):
     spill = _write(tmp_path)
-    done = export_spill(spill, str(tmp_path / "t.json"), jobs=1)
+    done = export_spill(spill, str(tmp_path / "t.json"))
     lines = _lines(tmp_path / "t.json")
     objs = [json.loads(ln) for ln in lines]
     for ln, o in zip(lines, objs):
@@ -159,23 +159,24 @@ def test_every_kind_of_event_is_written_as_json_dumps_of_its_dict_with_the_layou
     assert len({o["bind_id"] for o in flowed}) == 8
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
-@pytest.mark.parametrize("reread", [False, True], ids=["kept", "reread"])
-def test_the_file_is_the_same_however_the_spill_is_read(tmp_path, monkeypatch, jobs, reread):
+def test_the_file_exported_again_from_the_store_on_disk_is_the_same(tmp_path):
+    """Every odd event goes into the store and comes back out as the same bytes: the export
+    from the store file, opened afresh, writes what the export at ingest wrote."""
+    from rldbg.store.schema import open_store
     spill = _write(tmp_path)
-    one = export_spill(spill, str(tmp_path / "one.json"), jobs=1)
-    if reread:   # pass 2 reads the spill again instead of pass 1's kept batches
-        monkeypatch.setattr(export, "KEEP_DECODED", 3)
-    got = export_spill(spill, str(tmp_path / "got.json"), jobs=jobs)
+    one = export_spill(spill, str(tmp_path / "one.json"))
+    conn = open_store(one["store"])
+    got = export.export_store(conn, str(tmp_path / "got.json"))
+    conn.close()
     assert got["written"] == one["written"] and got["events"] == one["events"]
     assert (tmp_path / "got.json").read_bytes() == (tmp_path / "one.json").read_bytes()
 
 
 def test_rldbg_export_as_users_run_it_writes_the_same_file(tmp_path):
     spill = _write(tmp_path)
-    export_spill(spill, str(tmp_path / "api.json"), jobs=1)
+    export_spill(spill, str(tmp_path / "api.json"))
     out = tmp_path / "cli.json"
-    r = subprocess.run([RLDBG, "export", spill, "-o", str(out), "--jobs", "2"], capture_output=True, text=True,
+    r = subprocess.run([RLDBG, "export", spill, "-o", str(out)], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == (tmp_path / "api.json").read_bytes()
@@ -220,7 +221,8 @@ ODD_BATCHES = {
     "not an array": (b"\x81\xa1a\x01", "all malformed event(s) in a batch"),
     "ext type in args": (_arr(_event_bytes(args=b"\xd4\x01\x00")), None),
     "a key twice": (_arr(_event_bytes(args=b"\x82\xa1a\x01\xa1a\x02")), None),   # the last one, as a dict keeps it
-    "ts beyond int64": (_arr(_event_bytes(ts=b"\xcf\xff\xff\xff\xff\xff\xff\xff\xff")), None),
+    "ts beyond int64": (_arr(_event_bytes(ts=b"\xcf\xff\xff\xff\xff\xff\xff\xff\xff")),
+                        "1 malformed event(s) in a batch"),
 }
 
 
@@ -228,32 +230,41 @@ ODD_BATCHES = {
 def test_an_odd_batch_is_named_as_damage_or_written_and_the_batches_around_it_are_kept(tmp_path, what):
     eb, named = ODD_BATCHES[what]
     damage: list = []
-    export_spill(_raw_spill(tmp_path, eb), str(tmp_path / "t.json"), jobs=1, damage=damage)
+    export_spill(_raw_spill(tmp_path, eb), str(tmp_path / "t.json"), damage=damage)
     objs = [json.loads(ln) for ln in _lines(tmp_path / "t.json")]
     assert len([o for o in objs if o.get("name") == "ok"]) == 2
     written = [o for o in objs if o.get("name") == "n"]
     if named is None:
         assert damage == [] and len(written) == 1
         args = {k: v for k, v in written[0]["args"].items() if k not in ("role", "rank", "step")}
-        assert args == {"ext type in args": {"value": "ExtType(code=1, data=b'\\x00')"}, "a key twice": {"a": 2},
-                        "ts beyond int64": {}}[what]
+        assert args == {"ext type in args": {"value": "ExtType(code=1, data=b'\\x00')"}, "a key twice": {"a": 2}}[what]
     else:
         assert [d[2] for d in damage if not d[2].startswith(named)] == [] and len(damage) == 1, damage
         assert written == []
 
 
-def test_pass_1_learns_counts_times_tracks_and_call_ends_from_a_batch():
+def test_the_index_learns_counts_times_tracks_and_call_ends(tmp_path):
+    """From a batch as it goes into the store (see()), and back from the store (from_store()),
+    with the rank slices that end each driver call."""
+    from rldbg.store.ingest import from_spill
+    from rldbg.store.tracks import Tracks
     evs = [ev.slice_event("call", "a", 50, 7, "actor", 1, 0, "m", 3, None),
            ev.slice_event("call", "b", 20, 1, "actor", 1, 0, "m", None, None),   # no flow: not a call end
            ev.instant_event("user", "x", 30, "critic", 0, 0, None, None),
            ev.driver_call_event("m", 10, 100, 0, "m", 3, {}),
            ev.driver_call_event("m", 10, 100, 0, "m", None, {}),
            ev.memory_event(40, "actor", 1, 0, None, {"rss": 1})]
-    idx = export._Index({})
+    idx = Tracks({})
     idx.see({"pid": 1, "host": "h"}, evs)
-    assert (idx.n, idx.first, idx.roles, idx.ranks, idx.calls, idx.driver_flows) == (
-        6, {"h:1": 10}, {"driver": 1, "actor": 2, "critic": 3}, {"driver": {0}, "actor": {1}, "critic": {0}},
-        [("h:1", [(3, "actor", 1, 57)])], {3})
+    want = (6, {"h:1": 10}, {"driver": 1, "actor": 2, "critic": 3}, {"driver": {0}, "actor": {1}, "critic": {0}})
+    assert (idx.n, idx.first, idx.roles, idx.ranks) == want
+    spill = str(tmp_path / "s.spill")
+    w = SpillWriter(spill, {"origin_ns": 0, "job_id": "j"})
+    w.write({"pid": 1, "host": "h", "dropped": 0, "events": evs})
+    w.close()
+    back = Tracks.from_store(from_spill(spill, ":memory:"), align=True)
+    assert (back.n, back.first, back.roles, back.ranks) == want
+    assert back.rank_ends == {3: {("actor", 1): 57}}   # the end of "a" (flow 3), on the trace's clock
 
 
 def test_a_write_that_fails_raises_out_of_the_export(tmp_path):
@@ -263,4 +274,4 @@ def test_a_write_that_fails_raises_out_of_the_export(tmp_path):
     out = tmp_path / "full.json"
     out.symlink_to("/dev/full")   # written through, as a path the user named
     with pytest.raises(OSError, match="No space"):
-        export_spill(_write(tmp_path), str(out), jobs=1)
+        export_spill(_write(tmp_path), str(out))

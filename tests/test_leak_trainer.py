@@ -14,8 +14,7 @@ from pathlib import Path
 
 from rldbg.memory.leaks import MIN_CYCLES, WARMUP_CYCLES
 from rldbg.trace.events import moves
-from rldbg.trace.load import load_events
-from rldbg.trace.report import Trace
+from rldbg.trace.report import read_trace
 
 STEPS = WARMUP_CYCLES + MIN_CYCLES + 2
 
@@ -53,7 +52,7 @@ def test_healthy_trainer_run_reports_no_leak(tmp_path):
             assert verdicts[(rank, name)] == "returned", report["transitions"]
     trace = str(run / "trace.json.gz")
     # The rule had enough cycles to judge: every actor rank ran each freeing transition every step.
-    t = Trace(load_events(trace))
+    t = read_trace(trace)
     cycles = Counter((s["role"], s["rank"], s["name"]) for s in t.transitions if moves(s["args"])[0])
     judged = {k for k, n in cycles.items() if n >= WARMUP_CYCLES + MIN_CYCLES}
     assert {("actor", 0, "offload_optimizer"), ("actor", 1, "offload_optimizer")} <= judged, cycles

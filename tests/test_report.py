@@ -174,7 +174,7 @@ def _calls(durs_by_call):
 
 def test_stragglers_need_several_calls_and_a_real_excess():
     from rldbg.analysis.stragglers import stragglers
-    from rldbg.trace.report import Trace
+    from trace_of import trace_of as Trace
     one_off = _calls([{0: 100_000, 1: 180_000}])                    # one call, 1.8x: noise (an init_model)
     tiny = _calls([{0: 100, 1: 900}] * 10)                           # 9x slower but 0.8 ms: not worth a line
     real = _calls([{0: 30_000, 1: 30_000, 2: 120_000}] * 4)          # 4 calls, 4x and 90 ms slower

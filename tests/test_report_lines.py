@@ -1,9 +1,9 @@
-"""`rldbg report`'s reading of a trace's lines (rldbg.trace.load_pieces into
-rldbg.trace.report_trace.Trace) over lines in every form a writer or an editor leaves: read a
-piece at a time, by one process or two, it leaves the Trace that reading all the events at once
-leaves, with the damage notes that say what was skipped; a file that is not one event per line
-goes to the tolerant reader whole; an exported run is read the same in pieces; and the CLI
-prints the report, as text and as JSON, of a trace with damage."""
+"""`rldbg report`'s import of a Chrome JSON trace into a store (rldbg.store.chrome_import, read back
+into rldbg.trace.report_trace.Trace by rldbg.store.queries) over lines in every form a writer or
+an editor leaves: the damage notes say what was skipped, and the store holds what the file's
+readable events hold (the same Trace as a clean file of just those events); an exported run
+reads the same from its own store as from its Perfetto file imported; and the CLI prints the
+report, as text and as JSON, of a trace with damage."""
 from __future__ import annotations
 
 import json
@@ -15,9 +15,8 @@ import orjson
 import pytest
 
 from rldbg import sentinel
-from rldbg.trace import load_pieces
-from rldbg.trace.load import load_trace, phases
-from rldbg.trace.report_trace import Trace, read_trace
+from rldbg.trace.load import load_trace
+from rldbg.trace.report import Trace, read_trace
 
 RLDBG = str(Path(sys.executable).with_name("rldbg"))
 
@@ -161,28 +160,19 @@ def _text(lines) -> bytes:
 
 def _facts(t: Trace) -> dict:
     return {"calls": t.calls, "transitions": t.transitions, "driver_calls": t.driver_calls, "steps": t.steps,
-            "mem": dict(t.mem), "ledger": dict(t.ledger), "meta": t.meta, "instants": t.instants,
-            "dropped": t.dropped_total, "names": t.names}
+            "mem": dict(t.mem), "ledger": dict(t.ledger), "gpus": t.gpus, "ranks": t.ranks, "start": t.start,
+            "instants": t.instants, "dropped": t.dropped_total}
 
 
-def _at_once(events: list) -> Trace:
-    """The Trace of all the events in one piece: every process named before any sample is placed."""
-    t = Trace.empty()
-    t.add(phases(events)[0])
-    return t.finish()
+def _clean(tmp_path, events: list, name: str = "clean.json") -> Trace:
+    """The Trace of a file holding just `events`, written whole by json.dumps."""
+    path = tmp_path / name
+    path.write_text(json.dumps(events))
+    return read_trace(str(path))
 
 
 def _events(lines) -> list:
     return [e for line in lines if line.strip() for e in orjson.loads(b"[" + line.encode() + b"]")]
-
-
-def _in_pieces(path, monkeypatch, jobs: int = 1) -> Trace:
-    """read_trace() with the whole-file reader made to fail: the pieces were read, or it raises."""
-    with monkeypatch.context() as m:
-        def refuse(*a, **k):
-            raise AssertionError("read whole")
-        m.setattr(load_pieces, "_load", refuse)
-        return read_trace(str(path), jobs=jobs)
 
 
 NOTES = ["7 malformed event(s) skipped (missing or bad ph/ts/dur/args)",
@@ -191,28 +181,19 @@ NOTES = ["7 malformed event(s) skipped (missing or bad ph/ts/dur/args)",
          "5 counter sample(s) skipped: a value that is not a number"]
 
 
-@pytest.mark.parametrize("piece", [1, 300, 1 << 18])   # a piece per line, a few lines, all in one
-def test_every_kind_of_line_read_in_pieces_leaves_the_trace_read_at_once(tmp_path, monkeypatch, piece):
+def test_every_kind_of_line_is_imported_with_the_notes_that_say_what_was_skipped(tmp_path):
     path = tmp_path / "t.json"
     path.write_bytes(_text(LINES))
-    at_once = _at_once(_events(LINES))
-    monkeypatch.setattr(load_pieces, "_PIECE", piece)
-    t = _in_pieces(path, monkeypatch)
-    assert _facts(t) == _facts(at_once)
+    t = read_trace(str(path))
     assert t.notes == NOTES
+    good, _ = load_trace(str(path))
+    assert _facts(t) == _facts(_clean(tmp_path, good))   # the readable events alone: the same store
     assert t.mem[("actor", 0, "rss")][:2] == [(-1, -1), (20000, 1073741000)]   # in time order
     assert t.dropped_total == 4 and t.calls[1]["role"] == "rollout"   # named by a line after its call
-    assert [e["name"] for e in t.instants] == ["rldbg trace start", "rldbg trace losses", sentinel.EVENT]
-
-
-def test_two_processes_reading_side_by_side_leave_the_same_trace(tmp_path, monkeypatch):
-    path = tmp_path / "t.json"
-    path.write_bytes(_text([line for line in LINES if line] * 20))
-    monkeypatch.setattr(load_pieces, "_PIECE", 400)
-    one = _in_pieces(path, monkeypatch)
-    monkeypatch.setattr(load_pieces, "_SIDE_BY_SIDE", 0)
-    two = _in_pieces(path, monkeypatch, jobs=2)
-    assert _facts(two) == _facts(one) and two.notes == one.notes and len(one.calls) > 100
+    assert [e["name"] for e in t.instants] == [sentinel.EVENT, "rldbg trace losses"]   # in time order
+    assert t.start["clock"]["max_uncertainty_ns"] == 1000
+    assert [d["name"] for d in t.driver_calls] == ["update", "mode"]   # the calls themselves ("mode" escaped), not their parts
+    assert t.ranks == [{"role": "actor", "rank": 0, "node": "n", "ip": "", "pid": 1}]
 
 
 @pytest.mark.parametrize("text", [
@@ -226,26 +207,20 @@ def test_two_processes_reading_side_by_side_leave_the_same_trace(tmp_path, monke
     '[\n{"ph":"X","name":"\\x"},\n{"ph":"X","ts":"3.000"}\n]',            # no such escape
     '[\n{"ph":"X","cat":"user","name":"\xc0\xaf","ts":"1.000"}\n]',       # not UTF-8 (latin-1 below)
 ])
-@pytest.mark.parametrize("piece", [1, 1 << 18])   # a piece per line; all in one
-def test_a_file_not_one_valid_event_per_line_is_read_as_the_tolerant_reader_reads_it(tmp_path, monkeypatch, text,
-                                                                                     piece):
-    """A piece cut inside an event, or one that is not JSON, sends the file to the tolerant reader
-    whole; one that parses (a comma missing between two lines) gives the events it would."""
+def test_a_damaged_file_is_imported_with_the_tolerant_readers_notes(tmp_path, text):
     path = tmp_path / "t.json"
     path.write_bytes(text.encode("latin-1"))
-    monkeypatch.setattr(load_pieces, "_PIECE", piece)
     t = read_trace(str(path))
     events, notes = load_trace(str(path))
     assert t.notes[:len(notes)] == notes
-    assert _facts(t) == _facts(_at_once(events))
+    assert _facts(t) == _facts(_clean(tmp_path, events))
 
 
-def test_files_the_tolerant_reader_takes_are_read_as_their_events_are(tmp_path, monkeypatch):
-    """Pretty-printed, a missing comma, a number orjson refuses, a file cut short: read whole,
-    each with the notes the tolerant reader gives."""
+def test_files_the_tolerant_reader_takes_are_imported_as_their_events_are(tmp_path):
+    """Pretty-printed, a missing comma, a number orjson refuses, a file cut short: each with the
+    notes the tolerant reader gives."""
     good = LINES[:12]
     refused = '{"ph":"X","pid":2,"cat":"user","name":"exp3","ts":"10.035","dur":"1.000","args":{"e":1e400}}'
-    monkeypatch.setattr(load_pieces, "_PIECE", 100)
     for name, text in [("pretty", json.dumps([json.loads(x) for x in good], indent=1).encode()),
                        ("comma", _text(good).replace(b"},\n", b"}\n", 1)),
                        ("refused", _text(good + [refused])),
@@ -255,14 +230,14 @@ def test_files_the_tolerant_reader_takes_are_read_as_their_events_are(tmp_path, 
         t = read_trace(str(path))
         events, notes = load_trace(str(path))
         assert t.notes[:len(notes)] == notes, name
-        assert _facts(t) == _facts(_at_once(events)), name
+        assert _facts(t) == _facts(_clean(tmp_path, events)), name
         if name == "pretty":
-            assert _facts(t) == _facts(_at_once(_events(good))) and not notes
+            assert _facts(t) == _facts(_clean(tmp_path, _events(good))) and not notes
         if name == "cut":
             assert notes and notes[0].startswith("truncated")
 
 
-def test_counter_values_are_the_values_json_holds():
+def test_counter_values_are_the_values_json_holds(tmp_path):
     rnd = __import__("random").Random(7)
     values = [rnd.uniform(-1e6, 1e6) for _ in range(300)] + [rnd.random() * 10 ** -rnd.randint(0, 12)
                                                              for _ in range(300)]
@@ -271,18 +246,16 @@ def test_counter_values_are_the_values_json_holds():
     lines = [f'{{"ph":"C","pid":2,"name":"rank 0 memory","ts":"{i}.000","args":{{"v":{v}}}}}'
              for i, v in enumerate(texts)]
     lines.insert(0, '{"ph":"M","pid":2,"name":"process_name","args":{"name":"actor"}}')
-    t = Trace.empty()
-    load_pieces._feed(_text(lines), 2, len(_text(lines)) - 3, t)
-    t.finish()
-    got = [v for _, v in t.mem[("actor", 0, "v")]]
+    path = tmp_path / "t.json"
+    path.write_bytes(_text(lines))
+    got = [v for _, v in read_trace(str(path)).mem[("actor", 0, "v")]]
     want = [json.loads(x) for x in texts]
     assert [(type(v), v, str(v)) for v in got] == [(type(v), v, str(v)) for v in want]
 
 
-def test_an_exported_run_read_in_pieces_is_the_run_read_at_once(tmp_path, monkeypatch):
+def test_an_exported_run_reads_the_same_from_its_store_as_from_its_file_imported(tmp_path):
     from rldbg.trace import events as ev
     from rldbg.trace.export import export_spill
-    from rldbg.trace.load import load_events
     from rldbg.trace.spill import SpillWriter
     t0 = 1_700_000_000_000_000_000
     spill = str(tmp_path / "run.spill")
@@ -293,18 +266,21 @@ def test_an_exported_run_read_in_pieces_is_the_run_read_at_once(tmp_path, monkey
         if i % 100 == 0:
             batch.append(ev.slice_event("step", f"step {i // 100}", t, 99_000_000, "driver", 0, i // 100, None))
         batch += [ev.slice_event("call", "update_actor", t, 900_000, "actor", rank, i // 100, "update_actor", i,
-                                 {"group": "actor", "n": [1, 2.5, None]}),
+                                 {"group": "actor", "n": [1, 2.5, None], "flow": i}),   # as rldbg's calls carry it
                   ev.slice_event("user", "forward", t + 10, 1000, "actor", rank, i // 100, "update_actor", None, {}),
                   ev.memory_event(t, "actor", rank, None, None, {"rss": (1 << 30) + i}),
                   ev.instant_event("user", "mark", t, "actor", rank, None, None, {})]
     w.write({"pid": 1, "host": "h", "dropped": 0, "events": batch})
     w.close()
     out = str(tmp_path / "run.json")
-    export_spill(spill, out)
-    monkeypatch.setattr(load_pieces, "_PIECE", 4096)
-    t = _in_pieces(out, monkeypatch)
-    assert _facts(t) == _facts(_at_once(load_events(out))) and t.notes == []
-    assert len(t.calls) == 3000 and len(t.steps) == 30 and len(t.mem[("actor", 0, "rss")]) == 750
+    info = export_spill(spill, out)
+    own = read_trace(info["store"])
+    imported = _clean(tmp_path, load_trace(out)[0], "copy.json")
+    for t in (own, imported):   # the exported args carry the layout's keys too; the analyses read the rest
+        for s in t.calls + t.steps:
+            s["args"] = {k: v for k, v in s["args"].items() if k not in ("role", "rank", "step", "method", "node", "ip")}
+    assert _facts(own) == _facts(imported) and own.notes == imported.notes == []
+    assert len(own.calls) == 3000 and len(own.steps) == 30 and len(own.mem[("actor", 0, "rss")]) == 750
 
 
 def test_rldbg_report_on_a_damaged_trace_as_users_run_it(tmp_path):

@@ -67,7 +67,7 @@ def _write(path: Path, events: list[dict]) -> str:
 
 def _report(path: str) -> tuple[dict, list[str], str]:
     """(analysis without the file's name, damage notes, HTML page) as `rldbg report` makes them."""
-    t = read_trace(path, jobs=1)
+    t = read_trace(path)
     r = analysis(t)
     render(r)
     page = render_html(path, (r, t))

@@ -1,7 +1,7 @@
 """A run's spill (rldbg.trace.spill) into its store (rldbg.store.schema), once, when the trace
 stops: off the recording path, which only ever appends msgpack to the spill.
 
-What the exporter's first pass learns (rldbg.trace.export._Index: tracks in first-seen order,
+What the exporter's first pass learns (rldbg.trace.export.Tracks: tracks in first-seen order,
 each process's best clock estimate, drops, the trace's origin) is learnt on the same read and
 kept in the store's processes and tracks tables, so that the export and the report never read
 the spill again. The spill's damage tolerance is the spill reader's: `damage` receives what it
@@ -14,7 +14,7 @@ import sqlite3
 
 from rldbg.store import schema
 from rldbg.trace.chrome_text import args_json
-from rldbg.trace.export import _Index, _key
+from rldbg.store.tracks import Tracks, process_key
 from rldbg.trace.load import no_gc
 from rldbg.trace.spill import iter_records, read_meta
 
@@ -46,13 +46,13 @@ def from_spill(spill_dir: str, db_path: str, damage: list | None = None,
     (one line) for what is not a spill."""
     meta = read_meta(spill_dir)
     conn = schema.create(db_path)
-    idx = _Index(meta)
+    idx = Tracks(meta)
     procs: dict = {}
     rows: list = []
     with no_gc():
         for bmeta, evs in iter_records(spill_dir, damage, tuples=True):
             idx.see(bmeta, evs)
-            key = _key(bmeta)
+            key = process_key(bmeta)
             proc = procs.get(key)
             if proc is None:
                 proc = procs[key] = len(procs) + 1
@@ -72,7 +72,7 @@ def from_spill(spill_dir: str, db_path: str, damage: list | None = None,
     return conn
 
 
-def _write_index(conn, idx: _Index, procs: dict, meta: dict, source: str) -> None:
+def _write_index(conn, idx: Tracks, procs: dict, meta: dict, source: str) -> None:
     drops = idx.drops
     for key, pid in procs.items():
         p = idx.procs.get(key, {})

@@ -4,14 +4,12 @@ of a run's events (user spans, marks, a driver call's parts) is never read.
 """
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 
-import orjson
-
 from rldbg import sentinel
 from rldbg.store import schema
+from rldbg.store.schema import raw_args
 from rldbg.trace.events import NUMBERED_AFTER
 from rldbg.trace.flight import TRIGGER
 from rldbg.trace.load import no_gc
@@ -34,16 +32,6 @@ FROM events e JOIN processes p ON p.id = e.proc
 WHERE e.ph IN ('i', 'I') AND e.name IN ({",".join("?" * len(KEPT_INSTANTS))}) ORDER BY e.ts + p.shift, e.seq"""
 _RANKS = """SELECT t.role, t.rank, p.node_id, p.node_ip, p.pid FROM tracks t JOIN processes p ON p.id = t.proc
 WHERE p.node_id IS NOT NULL ORDER BY t.ord"""
-
-
-def raw_args(text):
-    """An event's args as the producer gave them (None for none), from the store's JSON text."""
-    if text is None:
-        return None
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:   # NaN, Infinity: the stdlib wrote them, the stdlib reads them
-        return json.loads(text)
 
 
 def args_of(text):

@@ -24,12 +24,14 @@ import json
 import os
 import sqlite3
 
+import orjson
+
 VERSION = 1
 
 _TABLES = """
 CREATE TABLE events (seq INTEGER PRIMARY KEY, proc INTEGER, ph TEXT, cat, name, ts INTEGER, dur INTEGER,
                      role, rank, step, method, flow, args TEXT);
-CREATE TABLE processes (id INTEGER PRIMARY KEY, key TEXT UNIQUE, pid, host, node_id TEXT, node_ip TEXT,
+CREATE TABLE processes (id INTEGER PRIMARY KEY, key TEXT, pid, host, node_id TEXT, node_ip TEXT,
                         clock_offset_ns INTEGER, clock_uncertainty_ns INTEGER, dropped INTEGER DEFAULT 0,
                         t_sent INTEGER DEFAULT 0, first_ts INTEGER, shift INTEGER DEFAULT 0);
 CREATE TABLE tracks (ord INTEGER PRIMARY KEY, role, rank, proc INTEGER);
@@ -90,3 +92,13 @@ def put(conn: sqlite3.Connection, key: str, value) -> None:
 def get(conn: sqlite3.Connection, key: str, default=None):
     row = conn.execute("SELECT value FROM run WHERE key = ?", (key,)).fetchone()
     return default if row is None else json.loads(row[0])
+
+
+def raw_args(text):
+    """An event's args as the producer gave them (None for none), from the store's JSON text."""
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:   # NaN, Infinity: the stdlib wrote them, the stdlib reads them
+        return json.loads(text)

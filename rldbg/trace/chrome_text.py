@@ -10,8 +10,8 @@ the rank slice). A slice's args are its own then the layout's role/rank/step/met
 (its own win); an instant's are its own with the layout's role/rank/step (the layout's win); args
 that are not a dict are kept whole under "value".
 
-Everything here reads the exporter's index (rldbg.trace.export._Index: tracks, origin, clock
-offsets, rank slice ends, bind ids) and writes text; the exporter owns the passes over the spill
+Everything here reads the store's tracks (rldbg.store.tracks.Tracks: tracks, origin, clock
+offsets, rank slice ends, bind ids) and writes text; the exporter owns the read of the store
 and the file around the events.
 """
 from __future__ import annotations

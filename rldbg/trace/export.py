@@ -3,7 +3,7 @@
 export_spill() writes a spill's store beside the trace (rldbg.store.ingest) and exports from it;
 export_store() exports a store. What the export needs besides the events themselves (the tracks
 in first-seen order, the time origin, each process's clock offset, the rank slices that end each
-driver call) is in the store's tables and one query (_Index.from_store); the events are then
+driver call) is in the store's tables and one query (Tracks.from_store); the events are then
 read in arrival order and each one's text written by rldbg.trace.chrome_text, which also holds
 the layout: pids, tids, counter tracks, flows.
 
@@ -18,154 +18,9 @@ from __future__ import annotations
 import gzip
 import os
 import stat
-from operator import itemgetter
-
+from rldbg.store.tracks import Tracks
 from rldbg.trace.chrome_text import Formatter, dumps, us
-from rldbg.trace.clock import batch_offset, uncertainty
 from rldbg.trace.load import no_gc
-
-_CAT, _TS, _ROLE_RANK = itemgetter(1), itemgetter(3), itemgetter(5, 6)
-
-
-def _key(batch: dict) -> str:
-    return f"{batch.get('host')}:{batch.get('pid')}"
-
-
-class _Index:
-    """What the export knows besides the events: tracks, the time origin, which process (node,
-    clock) stands behind each role/rank, drops, and the rank slices that end each driver call.
-    Learnt a batch at a time from a spill as it goes into a store (see(): rldbg.store.ingest),
-    kept in the store's tables and read back from them (from_store()). Times are kept as
-    recorded until finish() knows each process's clock offset."""
-
-    def __init__(self, meta: dict):
-        self.origin = int(meta.get("origin_ns") or 0)
-        self.meta = meta
-        self.roles: dict[str, int] = {"driver": 1}
-        self.ranks: dict[str, set] = {"driver": {0}}
-        self.rank_ends: dict = {}                 # flow -> {(role, rank): (ts_end, "host:pid")}
-        self.drops: dict[str, list] = {}          # "host:pid" -> [dropped, t_sent]
-        self.procs: dict[str, dict] = {}          # "host:pid" -> where it runs and its clock
-        self.rank_proc: dict[tuple, str] = {}     # (role, rank) -> "host:pid"
-        self.first: dict[str, int] = {}           # "host:pid" -> its earliest timestamp
-        self.offsets: dict[str, int] = {}         # "host:pid" -> ns to add to its timestamps
-        self.n = 0
-        self.slots: dict[tuple, int] = {}         # (role, rank) -> its place in bind ids (finish())
-
-    def see(self, meta: dict, evs) -> None:
-        """One batch of a spill."""
-        key = self.see_batch(meta)
-        if evs:
-            self.n += len(evs)
-            ts = min(map(_TS, evs))
-            if key not in self.first or ts < self.first[key]:
-                self.first[key] = ts
-            known = key in self.procs
-            for role, rank in dict.fromkeys(map(_ROLE_RANK, evs)):   # first-seen order: stable pids
-                if known:
-                    self.rank_proc[(role, rank)] = key
-                if role not in self.roles:
-                    self.roles[role] = len(self.roles) + 1
-                self.ranks.setdefault(role, set()).add(rank)
-        if meta.get("dropped"):
-            self.drops[key] = [meta["dropped"], meta.get("t_sent", 0)]
-
-    def see_batch(self, batch: dict) -> str:
-        """Note the batch's process and its clock estimate; returns the process key."""
-        key = _key(batch)
-        if batch.get("host") == "collector":   # rldbg's own loss records: on the collector's clock
-            return key
-        p = self.procs.setdefault(key, {"pid": batch.get("pid"), "host": batch.get("host"),
-                                        "node_id": batch.get("node_id") or "", "node_ip": batch.get("node_ip") or "",
-                                        "clock_offset_ns": None, "clock_uncertainty_ns": None})
-        u = uncertainty(batch)
-        if u is not None and (p["clock_uncertainty_ns"] is None or u < p["clock_uncertainty_ns"]):
-            p["clock_offset_ns"], p["clock_uncertainty_ns"] = batch_offset(batch), u
-        return key
-
-    @classmethod
-    def from_store(cls, conn, align: bool) -> "_Index":
-        """What see() learnt from the store's spill, read back from the store's tables, finished."""
-        from rldbg.store import schema
-        idx = cls(schema.get(conn, "meta") or {})
-        keys = {}
-        for pid, key, ppid, host, node, ip, off, unc, dropped, t_sent, first in conn.execute(
-                "SELECT id, key, pid, host, node_id, node_ip, clock_offset_ns, clock_uncertainty_ns, dropped, "
-                "t_sent, first_ts FROM processes ORDER BY id"):
-            keys[pid] = key
-            if node is not None:
-                idx.procs[key] = {"pid": ppid, "host": host, "node_id": node, "node_ip": ip,
-                                  "clock_offset_ns": off, "clock_uncertainty_ns": unc}
-            if dropped:
-                idx.drops[key] = [dropped, t_sent]
-            if first is not None:
-                idx.first[key] = first
-        for role, rank, proc in conn.execute("SELECT role, rank, proc FROM tracks ORDER BY ord"):
-            if role not in idx.roles:
-                idx.roles[role] = len(idx.roles) + 1
-            idx.ranks.setdefault(role, set()).add(rank)
-            if proc is not None:
-                idx.rank_proc[(role, rank)] = keys[proc]
-        idx.n = conn.execute("SELECT count(*) FROM events").fetchone()[0]
-        # The rank slices of each driver call, a later one winning for the same rank.
-        for flow, role, rank, end, proc in conn.execute(
-                "SELECT flow, role, rank, ts + dur, proc FROM events WHERE cat = 'call' AND ph = 'X' AND flow IN "
-                "(SELECT flow FROM events WHERE cat = 'call' AND ph = 'D') ORDER BY seq"):
-            idx.rank_ends.setdefault(flow, {})[(role, rank)] = (end, keys[proc])
-        idx.finish(align)
-        return idx
-
-    def finish(self, align: bool) -> None:
-        """One offset per process, its best estimate (smallest round trip): the same shift for all
-        its events keeps its spans nested (a clock drifting during the run is not followed)."""
-        self.offsets = {k: (p["clock_offset_ns"] or 0) if align else 0 for k, p in self.procs.items()}
-        for key, ts in self.first.items():
-            ts += self.offsets.get(key, 0)
-            if self.origin == 0 or ts < self.origin:
-                self.origin = ts
-        for ends in self.rank_ends.values():
-            for rr, (end, key) in ends.items():
-                ends[rr] = end + self.offsets.get(key, 0)
-        for key, d in self.drops.items():
-            d[1] += self.offsets.get(key, 0)
-        self.slots = {rr: i for i, rr in enumerate((role, rank) for role in self.roles
-                                                   for rank in sorted(self.ranks.get(role, ())))}
-
-    def for_flows(self, flows: set) -> "_Index":
-        """A copy for a reader formatting part of the spill: rank slice ends only for the
-        driver calls in `flows` (the ones it expands), not a million of them."""
-        part = copy.copy(self)
-        part.rank_ends = {f: self.rank_ends[f] for f in flows if f in self.rank_ends}
-        part.kept, part.calls = None, []
-        return part
-
-    def bind_id(self, flow, role: str, rank: int) -> int | None:
-        """The flow id joining the driver's send/recv for `flow` to role/rank's slice: computed,
-        not handed out in order, so readers formatting parts of the spill side by side agree.
-        None for a flow that is not a small non-negative int (not rldbg's own): no arrow."""
-        slot = self.slots.get((role, rank))
-        if type(flow) is not int or flow < 0 or slot is None:
-            return None
-        fid = flow * len(self.slots) + slot + 1
-        return fid if fid < 1 << 63 else None
-
-    def start_args(self, aligned: bool) -> dict:
-        """The args of the trace's start record: its origin, job, clocks and what was recorded."""
-        meta = self.meta
-        return {"origin_unix_ns": self.origin, "job_id": meta.get("job_id"), "format": "rldbg-1",
-                "clock": dict(self.clock(), aligned=aligned),
-                # what was recorded: every step, chosen steps, or a flight recorder's window
-                "recorded": {"steps": meta.get("steps") or [], "window": meta.get("window") or 0,
-                             "flight": meta.get("flight")}}
-
-    def clock(self) -> dict:
-        """The trace metadata on clocks: reference, worst uncertainty, per-process estimates."""
-        us = [p["clock_uncertainty_ns"] for p in self.procs.values() if p["clock_uncertainty_ns"] is not None]
-        return {"reference": "the collector's wall clock", "max_uncertainty_ns": max(us) if us else None,
-                "processes": {k: {"node_id": p["node_id"], "offset_ns": p["clock_offset_ns"],
-                                  "uncertainty_ns": p["clock_uncertainty_ns"]}
-                              for k, p in sorted(self.procs.items())}}
-
 
 # Events joined into one write: ~75 KB of text, under glibc's mmap threshold, so each write's
 # buffers reuse the same heap memory.
@@ -173,10 +28,10 @@ _WRITE_EVENTS = 512
 _EVENTS = "SELECT proc, ph, cat, name, ts, dur, role, rank, step, method, flow, args FROM events ORDER BY seq"
 
 
-def write_events(f, idx: _Index, conn) -> int:
+def write_events(f, idx: Tracks, conn) -> int:
     """The store's events as JSON lines, each ending ",\n", in arrival order; returns how many
     were written. A run of events from one process is formatted together (one clock offset)."""
-    from rldbg.store.queries import raw_args
+    from rldbg.store.schema import raw_args
     fmt, written = Formatter(idx), 0
     keys = dict(conn.execute("SELECT id, key FROM processes"))
     offsets = {pid: idx.offsets.get(key, 0) for pid, key in keys.items()}
@@ -241,7 +96,7 @@ def export_store(conn, out_path: str, extra=None, align_clocks: bool = True) -> 
     (rldbg.trace.session passes the torch.profiler merge)."""
     _prepare_out(out_path)
     with no_gc():
-        idx = _Index.from_store(conn, align_clocks)
+        idx = Tracks.from_store(conn, align_clocks)
         return write_trace(out_path, idx, align_clocks, extra, lambda f: write_events(f, idx, conn))
 
 
@@ -264,7 +119,7 @@ def _prepare_out(path: str) -> None:
         raise ValueError(f"cannot write {path!r}: {e.strerror} ({e.filename})") from None
 
 
-def write_trace(out_path: str, idx: _Index, align_clocks: bool, extra, events) -> dict:
+def write_trace(out_path: str, idx: Tracks, align_clocks: bool, extra, events) -> dict:
     """The file around the events: track metadata and the trace-start record first, then
     `events(f)` (writes the event lines, returns how many), then what `extra` adds and the
     loss records, last the trailer."""
@@ -305,7 +160,7 @@ def write_trace(out_path: str, idx: _Index, align_clocks: bool, extra, events) -
     return {"events": idx.n, "written": written, "path": out_path}
 
 
-def _where(idx: _Index, role: str, rank: int) -> dict:
+def _where(idx: Tracks, role: str, rank: int) -> dict:
     """The process behind role/rank's track: pid, host, node, clock ({} when no event named it)."""
     p = idx.procs.get(idx.rank_proc.get((role, rank)), {})
     return {k: p[k] for k in ("pid", "host", "node_id", "node_ip", "clock_offset_ns", "clock_uncertainty_ns")

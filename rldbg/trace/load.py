@@ -6,7 +6,7 @@ JSON array cut short keeps the complete events before the cut (as Perfetto does)
 region is skipped up to the next event line, invalid UTF-8 is replaced, and an event missing or
 mangling a field the analysis needs (ph, ts, dur) is skipped and counted. load_trace() returns the
 events with one note per kind of damage; load_events() is the same without the notes.
-rldbg.trace.load_pieces hands them over a piece at a time, split by phase, for `rldbg report`.
+rldbg.store.chrome_import lays them into a store for `rldbg report`.
 """
 from __future__ import annotations
 

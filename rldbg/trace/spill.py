@@ -112,9 +112,13 @@ def decode_events(data, tuples: bool = False) -> list:
     return msgpack.unpackb(data, use_list=not tuples, raw=False, strict_map_key=False)
 
 
+_I64 = range(-(1 << 63), 1 << 63)   # a time or a rank beyond 64 bits is no time or rank rldbg writes (nor SQLite holds)
+
+
 def _valid_event(ev, seq=list) -> bool:
     return (type(ev) is seq and len(ev) == EVENT_FIELDS and isinstance(ev[0], str)
-            and type(ev[3]) is int and type(ev[4]) is int and type(ev[6]) is int)
+            and type(ev[3]) is int and type(ev[4]) is int and type(ev[6]) is int
+            and ev[3] in _I64 and ev[4] in _I64 and ev[6] in _I64)
 
 
 _PH, _TS, _DUR, _RANK = itemgetter(0), itemgetter(3), itemgetter(4), itemgetter(6)
@@ -127,7 +131,9 @@ def _check(evs, seq=list):
     try:
         if set(map(type, evs)) <= {seq} and set(map(len, evs)) <= {EVENT_FIELDS}:
             if (set(map(type, map(_PH, evs))) <= {str} and set(map(type, map(_TS, evs))) <= {int}
-                    and set(map(type, map(_DUR, evs))) <= {int} and set(map(type, map(_RANK, evs))) <= {int}):
+                    and set(map(type, map(_DUR, evs))) <= {int} and set(map(type, map(_RANK, evs))) <= {int}
+                    and all(min(map(f, evs), default=0) in _I64 and max(map(f, evs), default=0) in _I64
+                            for f in (_TS, _DUR, _RANK))):
                 return evs
     except TypeError:
         pass

@@ -1,0 +1,20 @@
+"""The report's Trace of some Chrome JSON events, for tests that write events by hand: the events
+go through a file and the report's own reading (imported into a store, read back by its queries),
+as `rldbg report` reads a trace from elsewhere."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from rldbg.trace.report import Trace, read_trace
+
+
+def trace_of(events: list) -> Trace:
+    fd, path = tempfile.mkstemp(suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(events, f)
+        return read_trace(path)
+    finally:
+        os.remove(path)
