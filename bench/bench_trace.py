@@ -1,9 +1,11 @@
 """Tracing cost, measured in one run: python bench/bench_trace.py [--events N] [--ops N] [--shipped N]
 
-What a user waits for, each beside its goal (issue 35): the export of N events (default 1M) from a
-spill directory to Perfetto JSON, and `rldbg report` on that trace (a subprocess, as a user runs
-it); then the same two for N events shaped like a reference-trainer run's (counters, transitions,
-call slices and driver calls with the args they really carry: bench/run_shaped.py). For scale,
+What a user waits for, each beside its goal (issue 35): the Perfetto export of N events (default
+1M) from the run's store, and `rldbg report` on the run's store (a subprocess, as a user runs it);
+then the same two for N events shaped like a reference-trainer run's (counters, transitions, call
+slices and driver calls with the args they really carry: bench/run_shaped.py). Without a goal,
+beside them: writing the spill into the store (once, when the trace stops) and the report of the
+exported file copied elsewhere (imported into a store first, as a trace from another machine). For scale,
 without goals: ns per recorded span / instant / counter / worker call with tracing on (recording
 into the real per-process buffer; shipping happens on the flusher thread) and off, and a traced
 span end to end (recorded in a process attached to a real collector on a local Ray, shipped and
@@ -22,9 +24,9 @@ import time
 import rldbg
 import run_shaped   # bench/: run as `python bench/bench_trace.py`
 from rldbg import instrument as ri
+from rldbg.store.ingest import from_spill
 from rldbg.trace import events as ev, runtime
-from rldbg.trace import export_jobs
-from rldbg.trace.export import export_spill
+from rldbg.trace.export import export_store
 from rldbg.trace.clock import CONNECT_SAMPLES
 from rldbg.trace.recorder import Recorder
 from rldbg.trace.spill import SpillWriter
@@ -122,26 +124,22 @@ def export_speed(n_events: int, out_dir: str) -> dict:
     if batch:
         w.write({"pid": 1, "host": "h", "dropped": 0, "events": batch})
     w.close()
+    return spill
+
+
+def store_and_export(spill: str, out_dir: str, name: str, exts=(".json", ".json.gz")) -> dict:
+    """The spill into its store (as trace.stop() does), then the Perfetto export from the store to
+    each of `exts`: {"ingest": {seconds, cpu_seconds}, ext: {seconds, cpu_seconds}}."""
     out = {}
-    # As `rldbg export` runs by default (side by side, one process per core up to 4), and in one
-    # process for comparison; the files are the same (tests/test_export_jobs.py).
-    auto = export_jobs.choose(spill, None)
-    for ext, jobs in ((".json", None), (".json", 1), (".json.gz", None)):
-        name = "bench" + ext if jobs is None else f"bench-{jobs}" + ext
+    t0, c0 = time.perf_counter(), time.process_time()
+    conn = from_spill(spill, os.path.join(out_dir, name + ".rldbg.db"), exported_to=name + exts[0])
+    out["ingest"] = {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
+    for ext in exts:
         t0, c0 = time.perf_counter(), time.process_time()
-        export_spill(spill, os.path.join(out_dir, name), jobs=jobs)
-        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-        out[(ext, jobs or auto)] = {"seconds": dt, "cpu_seconds": cpu, "events_per_s": n_events / dt}
+        export_store(conn, os.path.join(out_dir, name + ext))
+        out[ext] = {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
+    conn.close()
     return out
-
-
-def export_run_shaped(n_events: int, out_dir: str) -> dict:
-    """The run-shaped spill (bench/run_shaped.py) exported as `rldbg export` runs by default."""
-    spill = os.path.join(out_dir, "run.spill")
-    n = run_shaped.write(n_events, spill)
-    t0 = time.perf_counter()
-    export_spill(spill, os.path.join(out_dir, "run.json"))
-    return {"events": n, "seconds": time.perf_counter() - t0, "jobs": export_jobs.choose(spill, None)}
 
 
 def report_speed(trace: str) -> dict:
@@ -154,37 +152,23 @@ def report_speed(trace: str) -> dict:
     return {"seconds": dt, "text": r.stdout}
 
 
-def floors(spill: str, trace: str) -> dict:
-    """What the export and the report cannot beat in Python on this machine, measured on the same
-    files: reading the spill's records and formatting ONE minimal f-string per event (no tracks,
-    args, flows or writing); parsing the exported JSON with orjson (C) alone, in one call and as
-    the report parses it (a piece at a time, each piece's events freed before the next), all in
-    one process."""
+def floors(spill: str) -> dict:
+    """What the export cannot beat in Python on this machine: reading the spill's records and
+    formatting ONE minimal f-string per event (no tracks, args, flows or writing)."""
     import gc
 
-    import orjson
-
-    from rldbg.trace import load_pieces
     from rldbg.trace.spill import iter_records
     was = gc.isenabled()
     gc.disable()
     try:
         t0 = time.perf_counter()
-        n = 0
         for _meta, evs in iter_records(spill, tuples=True):
-            n += len([f'{{"ph":"{e[0]}","ts":{e[3]},"dur":{e[4]}}}' for e in evs])
+            [f'{{"ph":"{e[0]}","ts":{e[3]},"dur":{e[4]}}}' for e in evs]
         t1 = time.perf_counter()
-        with open(trace, "rb") as f:
-            raw = f.read()
-        orjson.loads(raw)
-        t2 = time.perf_counter()
-        for _ in load_pieces._pieces(raw, *load_pieces._bounds(raw)):
-            pass
-        t3 = time.perf_counter()
     finally:
         if was:
             gc.enable()
-    return {"export_s": t1 - t0, "parse_s": t2 - t1, "pieces_s": t3 - t2}
+    return {"export_s": t1 - t0}
 
 
 def shipped_cost(n: int) -> dict:
@@ -282,24 +266,28 @@ def main() -> None:
     ap.add_argument("--shipped", type=int, default=200_000, help="spans for the end-to-end figure (0: skip)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        per_m = 1_000_000 / a.events
-        for (ext, jobs), v in export_speed(a.events, d).items():
-            print(f"export {a.events:,} events to {ext:<8} {jobs} process(es)  {v['seconds']:6.2f} s  "
-                  f"({v['events_per_s']:,.0f} events/s, {v['cpu_seconds']:.2f} s CPU in this one)"
-                  f"{_per_1m(v['seconds'] * per_m, GOAL_S)}")
-        v = export_run_shaped(a.events, d)
-        print(f"export {v['events']:,} events shaped like a trainer run's (counters, transitions, calls with "
-              f"their args, driver calls) to .json, {v['jobs']} process(es)   {v['seconds']:.2f} s"
-              f"{_per_1m(v['seconds'] * 1_000_000 / v['events'], GOAL_S)}")
-        from rldbg.commands.report import reading_jobs
-        for trace, n, what in (("bench.json", a.events, ""), ("run.json", v["events"], " shaped like a trainer run's")):
-            r = report_speed(os.path.join(d, trace))
-            print(f"rldbg report on the {n:,}-event trace{what} ({reading_jobs()} process(es) reading)  "
-                  f"{r['seconds']:6.2f} s{_per_1m(r['seconds'] * 1e6 / n, GOAL_S)}")
-        fl = floors(os.path.join(d, "bench.spill"), os.path.join(d, "bench.json"))
-        print(f"  floors here, in one process: reading the spill + one minimal f-string per event "
-              f"{fl['export_s']:.2f} s; orjson.loads of the exported file alone {fl['parse_s']:.2f} s in one call, "
-              f"{fl['pieces_s']:.2f} s a piece at a time as the report parses it")
+        runs = [("bench", a.events, "", export_speed(a.events, d))]
+        n = run_shaped.write(a.events, os.path.join(d, "run.spill"))
+        runs.append(("run", n, " shaped like a trainer run's", os.path.join(d, "run.spill")))
+        for name, n, what, spill in runs:
+            per_m = 1_000_000 / n
+            v = store_and_export(spill, d, name)
+            print(f"{n:,} events{what}: spill into the store {v['ingest']['seconds']:.2f} s "
+                  f"({v['ingest']['cpu_seconds']:.2f} s CPU; once, at stop; no goal)")
+            for ext in (".json", ".json.gz"):
+                print(f"  Perfetto export from the store to {ext:<8} {v[ext]['seconds']:6.2f} s "
+                      f"({v[ext]['cpu_seconds']:.2f} s CPU){_per_1m(v[ext]['seconds'] * per_m, GOAL_S)}")
+            r = report_speed(os.path.join(d, name + ".rldbg.db"))
+            print(f"  rldbg report on the run's store                {r['seconds']:6.2f} s"
+                  f"{_per_1m(r['seconds'] * per_m, GOAL_S)}")
+            os.makedirs(os.path.join(d, "copied"), exist_ok=True)
+            copied = os.path.join(d, "copied", name + ".json")
+            os.replace(os.path.join(d, name + ".json"), copied)
+            r = report_speed(copied)
+            print(f"  rldbg report on the .json copied elsewhere (imported first; no goal) {r['seconds']:6.2f} s")
+        fl = floors(os.path.join(d, "bench.spill"))
+        print(f"  floor here, in one process: reading the spill + one minimal f-string per event "
+              f"{fl['export_s']:.2f} s")
     if a.ops:
         c = recording_costs(a.ops)
         print("per-event recording cost, ns (best of 5 runs, loop overhead subtracted; no goal: what a traced "

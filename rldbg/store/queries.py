@@ -13,7 +13,7 @@ from rldbg.store.schema import raw_args
 from rldbg.trace.events import NUMBERED_AFTER
 from rldbg.trace.flight import TRIGGER
 from rldbg.trace.load import no_gc
-from rldbg.trace.report_trace import Trace, bad_field, finite_number, odd_notes
+from rldbg.trace.report_trace import Trace, bad_field, odd_notes
 from rldbg.trace.window import STACK
 
 STEP_START = "step start"
@@ -21,12 +21,13 @@ KEPT_INSTANTS = (sentinel.EVENT, TRIGGER, STACK, STEP_START, "rldbg trace losses
 _SLICE_CATS = ("call", "transition", "step", "driver_call")
 _GPU_COUNTER = re.compile(r"^(gpu\d+) memory$")
 
-_SLICES = f"""SELECT e.ph, e.cat, e.name, e.ts + p.shift, e.dur, e.role, e.rank, e.step, e.method, e.flow, e.args
-FROM events e JOIN processes p ON p.id = e.proc WHERE e.cat IN ({",".join("?" * len(_SLICE_CATS))})
-ORDER BY e.seq"""
-_COUNTERS = """SELECT e.cat, e.name, e.ts + p.shift, e.role, e.rank, e.args
-FROM events e JOIN processes p ON p.id = e.proc WHERE e.cat IN ('memory', 'ledger', 'gpu') AND e.ph = 'C'
-ORDER BY e.seq"""
+# Through the index on cat (events_cat), without a join or a sort: the index holds each category's
+# rows in arrival order (an index entry is (cat, seq)), which is the order each record list keeps;
+# a process's clock shift is added here, from the few rows of the processes table.
+_SLICES = f"""SELECT proc, ph, cat, name, ts, dur, role, rank, step, method, flow, args FROM events
+INDEXED BY events_cat WHERE cat IN ({",".join("?" * len(_SLICE_CATS))})"""
+_COUNTERS = """SELECT proc, cat, name, ts, role, rank, args FROM events INDEXED BY events_cat
+WHERE cat IN ('memory', 'ledger', 'gpu') AND ph = 'C'"""
 _INSTANTS = f"""SELECT e.name, e.ts + p.shift, e.role, e.rank, e.step, e.args
 FROM events e JOIN processes p ON p.id = e.proc
 WHERE e.ph IN ('i', 'I') AND e.name IN ({",".join("?" * len(KEPT_INSTANTS))}) ORDER BY e.ts + p.shift, e.seq"""
@@ -61,9 +62,24 @@ def read(conn: sqlite3.Connection, path: str = "") -> Trace:
     return t
 
 
+# The args keys bad_field() looks into: a slice without any of them (nearly every one) and with
+# fields of rldbg's types passes without the call.
+_CHECKED_ARGS = frozenset(("mem_before", "mem_after", "frees", "loads"))
+_FLOW_TYPES = (int, str)
+_FLOAT_MAX = 1.7976931348623157e308
+
+
+def _shifts(conn) -> dict:
+    """proc -> ns to add to its events' ts (its clock offset less the trace's origin)."""
+    return dict(conn.execute("SELECT id, shift FROM processes"))
+
+
 def _slices(conn, t: Trace, odd: dict) -> None:
     into = {"call": t.calls, "transition": t.transitions, "step": t.steps, "driver_call": t.driver_calls}
-    for ph, cat, name, ts, dur, role, rank, step, method, flow, text in conn.execute(_SLICES, _SLICE_CATS):
+    checked = _CHECKED_ARGS.isdisjoint
+    shift = _shifts(conn)
+    for proc, ph, cat, name, ts, dur, role, rank, step, method, flow, text in conn.execute(_SLICES, _SLICE_CATS):
+        ts += shift[proc]
         if ph == "D":   # a driver call as recorded: its slice in the export is named by its method
             lst, name = t.driver_calls, method
         elif ph == "X":
@@ -75,10 +91,13 @@ def _slices(conn, t: Trace, odd: dict) -> None:
             continue   # an imported trace's dispatch/send/wait/recv parts of a driver call
         rec = {"name": name, "ts": ts, "dur": dur, "end": ts + dur, "role": role, "rank": rank, "step": step,
                "method": method, "flow": flow, "args": a}
-        why = bad_field(rec)
-        if why is not None:
-            odd[why] = odd.get(why, 0) + 1
-            continue
+        if not (type(name) is str and type(rank) is int and (step is None or type(step) is int)
+                and (method is None or type(method) is str) and (flow is None or type(flow) in _FLOW_TYPES)
+                and checked(a)):
+            why = bad_field(rec)
+            if why is not None:
+                odd[why] = odd.get(why, 0) + 1
+                continue
         lst.append(rec)
 
 
@@ -87,26 +106,31 @@ def _counters(conn, t: Trace) -> int:
     odd = 0
     nodes = {(role, rank): str(node or "") for role, rank, node, _, _ in conn.execute(_RANKS)}
     gpus: dict = {}
-    for cat, name, ts, role, rank, text in conn.execute(_COUNTERS):
+    series_by_cat = {"memory": t.mem, "ledger": t.ledger}
+    shift = _shifts(conn)
+    for proc, cat, name, ts, role, rank, text in conn.execute(_COUNTERS):
+        ts += shift[proc]
         if cat == "gpu":
             g = _GPU_COUNTER.match(name) if type(name) is str else None
             if g is None:
                 continue
-            series_of = gpus.get((role, rank, g.group(1)))
-            if series_of is None:
-                series_of = gpus[(role, rank, g.group(1))] = t.gpus.setdefault(
-                    (nodes.get((role, rank), ""), g.group(1)), {})
+            key = (role, rank, g.group(1))
+            into = gpus.get(key)
+            if into is None:
+                into = gpus[key] = t.gpus.setdefault((nodes.get((role, rank), ""), g.group(1)), {})
+            into = {s: into.setdefault(s, []) for s in args_of(text)}
         elif role is None or type(rank) is not int:
             continue   # a process never named: its samples belong to no role
+        else:
+            into = None
+            by = series_by_cat[cat]
         for series, v in args_of(text).items():
-            if not finite_number(v):
+            tv = type(v)
+            # finite_number(), inline: this runs for every sample of a run
+            if not ((tv is float and v - v == 0.0) or (tv is int and -_FLOAT_MAX <= v <= _FLOAT_MAX)):
                 odd += 1
                 continue
-            if cat == "gpu":
-                got = series_of.get(series)
-                (got if got is not None else series_of.setdefault(series, [])).append((ts, v))
-            else:
-                (t.mem if cat == "memory" else t.ledger)[(role, rank, series)].append((ts, v))
+            (into[series] if into is not None else by[(role, rank, series)]).append((ts, v))
     for d in (t.mem, t.ledger, *t.gpus.values()):
         for v in d.values():
             v.sort()
