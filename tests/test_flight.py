@@ -47,7 +47,11 @@ def _steps_done(run: Path) -> int:
 
 
 def _written(run: Path) -> list:
-    return sorted(p.name for p in run.iterdir() if p.name.startswith(("flight-", "trace")))
+    """The traces written, each checked to have its store beside it (rldbg.store)."""
+    names = sorted(p.name for p in run.iterdir() if p.name.startswith(("flight-", "trace")))
+    traces = [n for n in names if n.endswith(".json.gz")]
+    assert names == sorted(traces + [n[:-len(".json.gz")] + ".rldbg.db" for n in traces]), names
+    return traces
 
 
 def test_a_nan_writes_the_last_window_and_its_report_names_the_output_first(tmp_path):

@@ -13,11 +13,11 @@ from rldbg.store.schema import raw_args
 from rldbg.trace.events import NUMBERED_AFTER
 from rldbg.trace.flight import TRIGGER
 from rldbg.trace.load import no_gc
-from rldbg.trace.report_trace import Trace, bad_field, odd_notes
+from rldbg.trace.report_trace import LOSSES, Trace, bad_field, odd_notes
 from rldbg.trace.window import STACK
 
 STEP_START = "step start"
-KEPT_INSTANTS = (sentinel.EVENT, TRIGGER, STACK, STEP_START, "rldbg trace losses")
+KEPT_INSTANTS = (sentinel.EVENT, TRIGGER, STACK, STEP_START, LOSSES)
 _SLICE_CATS = ("call", "transition", "step", "driver_call")
 _GPU_COUNTER = re.compile(r"^(gpu\d+) memory$")
 
@@ -28,9 +28,9 @@ _SLICES = f"""SELECT proc, ph, cat, name, ts, dur, role, rank, step, method, flo
 INDEXED BY events_cat WHERE cat IN ({",".join("?" * len(_SLICE_CATS))})"""
 _COUNTERS = """SELECT proc, cat, name, ts, role, rank, args FROM events INDEXED BY events_cat
 WHERE cat IN ('memory', 'ledger', 'gpu') AND ph = 'C'"""
-_INSTANTS = f"""SELECT e.name, e.ts + p.shift, e.role, e.rank, e.step, e.args
-FROM events e JOIN processes p ON p.id = e.proc
-WHERE e.ph IN ('i', 'I') AND e.name IN ({",".join("?" * len(KEPT_INSTANTS))}) ORDER BY e.ts + p.shift, e.seq"""
+# Through the index of instants by name (events_instants: its WHERE is this query's first term).
+_INSTANTS = f"""SELECT proc, name, ts, role, rank, step, args FROM events
+WHERE ph IN ('i', 'I') AND name IN ({",".join("?" * len(KEPT_INSTANTS))}) ORDER BY seq"""
 _RANKS = """SELECT t.role, t.rank, p.node_id, p.node_ip, p.pid FROM tracks t JOIN processes p ON p.id = t.proc
 WHERE p.node_id IS NOT NULL ORDER BY t.ord"""
 
@@ -138,10 +138,12 @@ def _counters(conn, t: Trace) -> int:
 
 
 def _instants(conn, t: Trace) -> None:
-    for name, ts, role, rank, step, text in conn.execute(_INSTANTS, KEPT_INSTANTS):
+    shift = _shifts(conn)
+    for proc, name, ts, role, rank, step, text in conn.execute(_INSTANTS, KEPT_INSTANTS):
         # The layout's role, rank and step win over the instant's own args, as in the export.
-        t.instants.append({"name": name, "ts": ts, "role": role, "rank": rank,
+        t.instants.append({"name": name, "ts": ts + shift[proc], "role": role, "rank": rank,
                            "args": dict(args_of(text), role=role, rank=rank, step=step)})
+    t.instants.sort(key=lambda e: e["ts"])   # stable: arrival order among equal times
 
 
 def _close_open_steps(t: Trace) -> None:

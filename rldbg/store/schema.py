@@ -16,7 +16,8 @@ run        key -> JSON value: "meta" (the spill's meta.json: origin, job, what w
            "origin_ns", "aligned", "source" (spill or the imported file), "notes" (damage an
            import met), "odd_fields" and "dropped_total".
 
-An index on events(cat) lets the report read its few categories of a million events.
+An index on events(cat), and one on the instants' names, let the report read its few categories
+and instants of a million events.
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ CREATE TABLE processes (id INTEGER PRIMARY KEY, key TEXT, pid, host, node_id TEX
 CREATE TABLE tracks (ord INTEGER PRIMARY KEY, role, rank, proc INTEGER);
 CREATE TABLE run (key TEXT PRIMARY KEY, value TEXT);
 """
-INDEX = "CREATE INDEX IF NOT EXISTS events_cat ON events(cat)"
+INDEXES = ("CREATE INDEX IF NOT EXISTS events_cat ON events(cat)",
+           "CREATE INDEX IF NOT EXISTS events_instants ON events(name) WHERE ph IN ('i', 'I')")
 
 
 class StoreError(ValueError):
@@ -62,8 +64,9 @@ def create(path: str) -> sqlite3.Connection:
 
 
 def finish(conn: sqlite3.Connection) -> None:
-    """The rows written committed, the index built and the store marked complete."""
-    conn.execute(INDEX)
+    """The rows written committed, the indexes built and the store marked complete."""
+    for index in INDEXES:
+        conn.execute(index)
     put(conn, "complete", True)
     conn.execute("COMMIT")
 
