@@ -31,12 +31,3 @@ def raw_environ(name: str):
     if _RAW is None or _ENCKEY is None:
         return os.environ, name
     return _RAW, _ENCKEY(name)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity where the OS says, else all of them):
-    how many processes rldbg's side-by-side readers and writers use at most."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:   # not Linux
-        return os.cpu_count() or 1

@@ -121,7 +121,7 @@ class Tracks:
 
     def bind_id(self, flow, role: str, rank: int) -> int | None:
         """The flow id joining the driver's send/recv for `flow` to role/rank's slice: computed,
-        not handed out in order, so readers formatting parts of the spill side by side agree.
+        not handed out in order: the same for a call whichever of its events is written first.
         None for a flow that is not a small non-negative int (not rldbg's own): no arrow."""
         slot = self.slots.get((role, rank))
         if type(flow) is not int or flow < 0 or slot is None:

@@ -140,27 +140,24 @@ def _check(evs, seq=list):
     return seq(ev for ev in evs if _valid_event(ev, seq))
 
 
-def iter_records(spill_dir: str, damage: list | None = None, tuples: bool = False,
-                 pieces: list | None = None) -> Iterator[tuple[dict, list]]:
+def iter_records(spill_dir: str, damage: list | None = None, tuples: bool = False) -> Iterator[tuple[dict, list]]:
     """(batch meta, valid event lists) for each readable record, in arrival order; with
-    tuples=True the events (and any lists inside them) are tuples. `pieces` (from split())
-    limits it to the records that start inside those byte ranges."""
+    tuples=True the events (and any lists inside them) are tuples."""
     seq = tuple if tuples else list
-    for path, at, mb, eb in iter_raw(spill_dir, damage, pieces):
+    for path, at, mb, eb in iter_raw(spill_dir, damage):
         got = decode_record(path, at, mb, eb, damage, seq)
         if got is not None:
             yield got
 
 
-def iter_raw(spill_dir: str, damage: list | None = None,
-             pieces: list | None = None) -> Iterator[tuple[str, int, memoryview, memoryview]]:
+def iter_raw(spill_dir: str, damage: list | None = None) -> Iterator[tuple[str, int, memoryview, memoryview]]:
     """(file, byte offset, meta bytes, events bytes) of each intact record (checksum holds), in
     arrival order, not decoded (decode_record() reads one). Damaged framing is recorded in
-    `damage` as iter_records says; `pieces` as there."""
-    for path, lo, hi in pieces if pieces is not None else [(p, 0, None) for p in event_files(spill_dir)]:
+    `damage` as iter_records says."""
+    for path in event_files(spill_dir):
         with open(path, "rb") as f:
             data = f.read()
-        for at, mb, eb in _file_records(path, data, damage, lo, len(data) if hi is None else hi):
+        for at, mb, eb in _file_records(path, data, damage):
             yield path, at, mb, eb
 
 
@@ -188,34 +185,9 @@ def decode_record(path: str, at: int, mb, eb, damage: list | None, seq=list) -> 
     return meta, good
 
 
-def split(spill_dir: str, parts: int) -> list[list]:
-    """The spill's files cut into `parts` runs of about equal bytes, each a list of pieces
-    (path, start, stop) in write order, for readers working side by side: iter_records over
-    every part, part after part, yields what one reader over the whole spill yields (a record
-    belongs to the part its first byte falls in). Cut at the sizes seen now; a live spill's
-    later records are not in any part."""
-    files = [(p, os.path.getsize(p)) for p in event_files(spill_dir)]
-    total = sum(n for _, n in files)
-    cuts = [k * total // parts for k in range(parts + 1)]   # the parts' bounds in all files' bytes end to end
-    out, g0 = [[] for _ in range(parts)], 0
-    for path, n in files:
-        for k in range(parts):
-            lo, hi = max(cuts[k], g0), min(cuts[k + 1], g0 + n)
-            if lo < hi:
-                out[k].append((path, lo - g0, hi - g0))
-        g0 += n
-    return out
-
-
-def _file_records(path: str, data: bytes, damage: list | None, lo: int, hi: int):
-    """(offset, meta bytes, events bytes) of the intact records of one file's bytes that start
-    in [lo, hi). The range ends at the first whole
-    record (checksum intact) at or after hi: damage before that record is this reader's to name,
-    as one reader over the file would, and the record is the next reader's. A reader starting
-    mid-file (lo > 0) looks for its first whole record without naming what it skips: those
-    bytes are the reader before it's."""
-    view, n, at = memoryview(data), len(data), lo
-    found = lo == 0   # before the first record found, a mid-file reader is still looking for its start
+def _file_records(path: str, data: bytes, damage: list | None):
+    """(offset, meta bytes, events bytes) of the intact records of one file's bytes."""
+    view, n, at = memoryview(data), len(data), 0
     while at < n:
         bad = None
         if data[at:at + 4] != MAGIC:
@@ -227,7 +199,7 @@ def _file_records(path: str, data: bytes, damage: list | None, lo: int, hi: int)
         elif at + _HEAD.size > n:
             bad = "torn last record"
         if bad is not None:
-            if found and damage is not None:
+            if damage is not None:
                 damage.append((path, at, bad))
             if bad == "torn last record":
                 break
@@ -247,15 +219,12 @@ def _file_records(path: str, data: bytes, damage: list | None, lo: int, hi: int)
                 nxt = data.find(MAGIC, at + 1)
                 bad = "corrupt record (checksum mismatch)"
         if bad is not None:
-            if found and damage is not None:
+            if damage is not None:
                 damage.append((path, at, bad))
             if nxt < 0:
                 break
             at = nxt
             continue
-        if at >= hi:
-            break   # a whole record past this range: the next reader starts here
-        found = True
         yield at, mb, eb
         at = end
 
