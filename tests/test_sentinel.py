@@ -52,8 +52,10 @@ def test_alarms_come_oldest_first_by_time_not_by_the_text_of_ts():
     def alarm(ts, step):
         return {"ph": "i", "s": "t", "name": sentinel.EVENT, "ts": ts,
                 "args": {"role": "actor", "rank": 0, "method": "update_actor", "step": step, "key": "loss"}}
-    found = sentinel.alarms([alarm("10.000", 2), {"ph": "i", "name": "other", "ts": "1.000"}, alarm("9.500", 1),
-                             alarm(11.5, 3)])   # another writer's number beside rldbg's strings
+    from trace_of import trace_of
+    t = trace_of([alarm("10.000", 2), {"ph": "i", "name": "other", "ts": "1.000"}, alarm("9.500", 1),
+                  alarm(11.5, 3)])   # another writer's number beside rldbg's strings
+    found = sentinel.alarms(t.instants)
     assert [a["step"] for a in found] == [1, 2, 3]
 
 def test_modes_stop_warn_off(tmp_path, capsys):
@@ -123,8 +125,10 @@ def test_reward_nan_stops_the_run_at_that_step_naming_the_rank(tmp_path):
 
     from rldbg.trace.load import load_events
 
+    from rldbg.trace.report import read_trace
+
     events = load_events(str(run / "trace.json.gz"))
-    alarms = sentinel.alarms(events)
+    alarms = sentinel.alarms(read_trace(str(run / "trace.json.gz")).instants)
     assert [(a["role"], a["rank"], a["method"], a["step"], a["key"], a["count"]) for a in alarms] == \
         [("reward", 1, "compute_scores", 1, "scores", 1)]
     (inst,) = [e for e in events if e.get("ph") in ("i", "I") and e.get("name") == sentinel.EVENT]
