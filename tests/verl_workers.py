@@ -10,6 +10,27 @@ WORK_S = 0.02   # what every rank spends in a call: real methods take millisecon
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
+from verl.workers.rollout.base import BaseRollout
+
+
+class HostRollout(BaseRollout):
+    """A rollout as VeRL's BaseRollout defines one (a user's own, beside vLLM's and SGLang's
+    ServerAdapter): resume(tags) brings weights or KV cache back, release() frees both. Here
+    they live in host memory, `mib` MiB each."""
+
+    def __init__(self, mib: int):
+        self.mib, self.held = mib, {}
+
+    async def resume(self, tags: list[str]):
+        for tag in tags:
+            self.held[tag] = torch.ones(self.mib * 2**18)   # float32: touched, so resident
+
+    async def update_weights(self, weights, **kwargs):
+        for _ in weights:
+            pass
+
+    async def release(self):
+        self.held.clear()
 
 
 class ActorWorker(Worker):
@@ -50,6 +71,22 @@ class ActorWorker(Worker):
         opt.step()
         offload_fsdp_optimizer(opt)
         load_fsdp_optimizer(opt, "cpu")
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def rollout_cycle(self, mib: int):
+        """The hybrid worker's sequence around a weight sync (VeRL's update_weights): wake the
+        weights, then the KV cache, then the rollout goes back to sleep."""
+        import asyncio
+
+        rollout = HostRollout(mib)
+
+        async def cycle():
+            await rollout.resume(tags=["weights"])
+            await rollout.resume(["kv_cache"])
+            await rollout.release()
+
+        asyncio.run(cycle())
         return self.rank
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
