@@ -13,17 +13,17 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.workers.rollout.base import BaseRollout
 
 
-class HostRollout(BaseRollout):
+class TensorRollout(BaseRollout):
     """A rollout as VeRL's BaseRollout defines one (a user's own, beside vLLM's and SGLang's
-    ServerAdapter): resume(tags) brings weights or KV cache back, release() frees both. Here
-    they live in host memory, `mib` MiB each."""
+    ServerAdapter): resume(tags) brings weights or KV cache back, release() frees both, `mib`
+    MiB each, on `device` (host memory on a CPU)."""
 
-    def __init__(self, mib: int):
-        self.mib, self.held = mib, {}
+    def __init__(self, mib: int, device: str = "cpu"):
+        self.mib, self.device, self.held = mib, device, {}
 
     async def resume(self, tags: list[str]):
         for tag in tags:
-            self.held[tag] = torch.ones(self.mib * 2**18)   # float32: touched, so resident
+            self.held[tag] = torch.ones(self.mib * 2**18, device=self.device)   # float32, touched
 
     async def update_weights(self, weights, **kwargs):
         for _ in weights:
@@ -31,6 +31,8 @@ class HostRollout(BaseRollout):
 
     async def release(self):
         self.held.clear()
+        if self.device != "cpu":
+            torch.cuda.empty_cache()   # as VeRL's sleep does: the device gets the bytes back
 
 
 class ActorWorker(Worker):
@@ -74,12 +76,12 @@ class ActorWorker(Worker):
         return self.rank
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def rollout_cycle(self, mib: int):
+    def rollout_cycle(self, mib: int, device: str = "cpu"):
         """The hybrid worker's sequence around a weight sync (VeRL's update_weights): wake the
         weights, then the KV cache, then the rollout goes back to sleep."""
         import asyncio
 
-        rollout = HostRollout(mib)
+        rollout = TensorRollout(mib, device)
 
         async def cycle():
             await rollout.resume(tags=["weights"])
