@@ -18,7 +18,8 @@ def ranks(events: list[dict]) -> list:
             continue
         role, tid = role_of_pid(names, e.get("pid")), e.get("tid", 1)
         if role is not None and (role == "driver" or type(tid) is int):   # a rank's track: tid = rank + 1
-            out.append({"role": role, "rank": 0 if role == "driver" else tid - 1,
+            # the driver's process: one track per controller (tid = its track + 1; export.py)
+            out.append({"role": role, "rank": tid - 1 if type(tid) is int else 0,
                         "node": str(a.get("node_id") or ""), "ip": str(a.get("node_ip") or ""),
                         "pid": a.get("pid")})
     return sorted(out, key=lambda r: (r["role"] != "driver", r["role"], r["rank"]))

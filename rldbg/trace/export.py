@@ -59,6 +59,10 @@ class _Index:
         self.kept: list | None = None   # pass 1's decoded batches, when few enough
         self.slots: dict[tuple, int] = {}         # (role, rank) -> its place in bind ids (finish())
         self.driver_flows: set = set()            # flows of the driver calls seen (pass 2 needs their rank_ends)
+        # "host:pid" -> its controller track, for each process that made driver calls or marked
+        # steps (the driver, VeRL's TaskRunner, an evaluation actor), in the order first seen:
+        # track 0 is "driver", the others "controller pid N" (their driver-role events move there).
+        self.controllers: dict[str, int] = {}
 
     def see(self, meta: dict, evs) -> None:
         """One batch of pass 1."""
@@ -84,7 +88,11 @@ class _Index:
     def see_batch_events(self, key: str, evs) -> None:
         """A batch's (valid) events, taken column-wise at C speed where it can be."""
         calls = list(compress(evs, map(_CALL.__eq__, map(_CAT, evs))))
-        self._learn(key, len(evs), min(map(_TS, evs)), dict.fromkeys(map(_ROLE_RANK, evs)),
+        role_ranks = dict.fromkeys(map(_ROLE_RANK, evs))
+        if ("driver", 0) in role_ranks and key not in self.controllers and any(
+                ev[0] == DRIVER_CALL or ev[1] == "step" for ev in evs):
+            self.controllers[key] = len(self.controllers)
+        self._learn(key, len(evs), min(map(_TS, evs)), role_ranks,
                     [(ev[9], ev[5], ev[6], ev[3] + ev[4]) for ev in calls if ev[0] == SLICE and ev[9] is not None],
                     map(_FLOW, compress(calls, map(DRIVER_CALL.__eq__, map(_PH, calls)))))
 
@@ -137,6 +145,8 @@ class _Index:
                 mine["clock_offset_ns"], mine["clock_uncertainty_ns"] = p["clock_offset_ns"], u
         self.rank_proc.update(later.rank_proc)
         self.driver_flows |= later.driver_flows
+        for key in later.controllers:
+            self.controllers.setdefault(key, len(self.controllers))
         for key, ts in later.first.items():
             if key not in self.first or ts < self.first[key]:
                 self.first[key] = ts
@@ -146,6 +156,9 @@ class _Index:
         """One offset per process, its best estimate (smallest round trip): the same shift for all
         its events keeps its spans nested (a clock drifting during the run is not followed)."""
         self.offsets = {k: (p["clock_offset_ns"] or 0) if align else 0 for k, p in self.procs.items()}
+        for key, track in self.controllers.items():
+            self.ranks["driver"].add(track)
+            self.rank_proc[("driver", track)] = key
         for key, ts in self.first.items():
             ts += self.offsets.get(key, 0)
             if self.origin == 0 or ts < self.origin:
@@ -226,10 +239,15 @@ def write_events(f, idx: _Index, spill_dir: str, pieces: list | None = None) -> 
     else:
         # What pass 1 found damaged it has recorded: nothing is recorded twice.
         batches = iter_records(spill_dir, None, tuples=True, pieces=pieces)
+    controllers = idx.controllers
     for meta, evs in batches:
         if not evs:
             continue
-        off = idx.offsets.get(_key(meta), 0)
+        key = _key(meta)
+        off = idx.offsets.get(key, 0)
+        track = controllers.get(key)
+        if track:   # a controller beside the first: its driver-role events on a track of its own
+            evs = [(*ev[:6], track, *ev[7:]) if ev[5] == "driver" else ev for ev in evs]
         parts = fmt.batch(evs, off)
         for i in range(0, len(parts), _WRITE_EVENTS):
             f.write((",\n".join(parts[i:i + _WRITE_EVENTS]) + ",\n").encode("utf-8", "replace"))
@@ -317,7 +335,8 @@ def write_trace(out_path: str, idx: _Index, align_clocks: bool, extra, events) -
         for role, pid in idx.roles.items():
             put({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": role}})
             for rank in sorted(idx.ranks.get(role, ())):
-                tname = "driver" if role == "driver" else f"rank {rank}"
+                tname = f"rank {rank}" if role != "driver" else "driver" if rank == 0 else (
+                    f"controller pid {_where(idx, role, rank).get('pid', '?')}")
                 put({"ph": "M", "pid": pid, "tid": rank + 1, "name": "thread_name",
                      "args": dict(_where(idx, role, rank), name=tname)})
         put({"ph": "i", "s": "g", "pid": 1, "tid": 1, "name": "rldbg trace start", "ts": "0.000",

@@ -286,9 +286,25 @@ class Trace:
         for d in (self.mem, self.ledger, *self.gpus.values()):
             for v in d.values():
                 v.sort()
+        self._one_controllers_steps()
         self._close_open_steps()
         self._number_after_the_fact()
         return self
+
+    def _one_controllers_steps(self) -> None:
+        """A job's steps are one controller's. With several (an evaluation actor beside VeRL's
+        TaskRunner learns steps from its own call order too), each has its track on the driver's
+        process (rldbg.trace.export) and the steps kept are the first track's that marks any."""
+        def track(a) -> int:
+            r = a.get("rank", 0)
+            return r if type(r) is int else 0
+        starts = [e for e in self.instants if e.get("name") == _STEP_START]
+        tracks = {track(s) for s in self.steps} | {track(e.get("args") or {}) for e in starts}
+        if len(tracks) < 2:
+            return
+        keep = min(tracks)
+        self.steps = [s for s in self.steps if track(s) == keep]
+        self.instants = [e for e in self.instants if e.get("name") != _STEP_START or track(e.get("args") or {}) == keep]
 
     def _close_open_steps(self) -> None:
         """A step that started and never ended (its controller, a Ray actor such as VeRL's
