@@ -4,7 +4,8 @@
 Runs the reference trainer as a subprocess (`python -m reference_trainer --preset demo`) for `--steps`
 steps with `trace.window=N`, and a user's reward code (tests/nan_reward_task.py) that scores one
 response NaN on reward rank 1 at `--nan-step`. Every `--every` steps it reads the resident memory of
-every process of the job (the driver, where the collector lives, and each Ray worker under it) and
+every process of the job (the driver, where the collector lives, and each Ray worker under it: its
+floor over a few seconds, so that a call's transient activations do not count) and
 checks that nothing was written to the run folder's traces. Then it prints:
 - each process's RSS from step 500 until the trigger beside its value at step 500 (goal: within ±5%);
 - what was on disk before the trigger (goal: nothing);
@@ -26,6 +27,9 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAT = 0.05
+# A worker read mid-call holds that call's activations (tens of MiB here); what the run keeps is
+# the floor between calls: the lowest of FLOOR_READS reads over FLOOR_SPAN_S (a few steps).
+FLOOR_READS, FLOOR_SPAN_S = 20, 3.0
 FROM_STEP = 500
 
 
@@ -81,11 +85,17 @@ def main() -> None:
     while proc.poll() is None:
         done = steps_done(run)
         if done >= next_read and done < a.nan_step:
-            for pid, (name, p) in job_processes(driver).items():
-                try:
-                    rss.setdefault(pid, (name, []))[1].append((done, p.memory_info().rss / 2**20))
-                except psutil.Error:
-                    pass
+            floor: dict = {}
+            procs = job_processes(driver)
+            for _ in range(FLOOR_READS):
+                for pid, (name, p) in procs.items():
+                    try:
+                        floor[pid] = min(floor.get(pid, float("inf")), p.memory_info().rss / 2**20)
+                    except psutil.Error:
+                        pass
+                time.sleep(FLOOR_SPAN_S / FLOOR_READS)
+            for pid, v in floor.items():
+                rss.setdefault(pid, (procs[pid][0], []))[1].append((done, v))
             written |= {f for f in os.listdir(run) if f.startswith(("flight-", "trace")) or f.endswith(".spill")}
             print(f"  step {done}: {(time.monotonic() - t0) / done * 1e3:.0f} ms a step, RSS "
                   + ", ".join(f"{v[-1][1]:.0f}" for _, v in rss.values()) + " MiB", flush=True)
