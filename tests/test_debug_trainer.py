@@ -24,6 +24,8 @@ from rldbg.dashboard import Dashboard
 from rldbg.debug.dap import DAPClient
 from rldbg.debug.workers import list_paused
 
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
+
 
 def _until(fn, what, limit=120.0):
     return until(fn, what, limit)

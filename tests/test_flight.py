@@ -17,6 +17,8 @@ import pytest
 
 from polling import until
 
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
+
 TESTS = Path(__file__).parent
 FAULTS = str(TESTS / "faults")
 

@@ -16,6 +16,9 @@ from rldbg.memory.leaks import MIN_CYCLES, WARMUP_CYCLES
 from rldbg.trace.events import moves
 from rldbg.trace.load import load_events
 from rldbg.trace.report import Trace
+import pytest
+
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
 
 STEPS = WARMUP_CYCLES + MIN_CYCLES + 2
 

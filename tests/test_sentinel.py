@@ -18,6 +18,8 @@ import torch
 
 from rldbg import sentinel
 
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
+
 SMALL = ["sft.steps=0", "trainer.progress=false", "model.preset=llama-tiny", "data.prompts_per_step=4",
          "data.group_size=4", "actor.mini_batch_size=16", "actor.micro_batch_size=8",
          "critic.mini_batch_size=16", "critic.micro_batch_size=8", "control.enabled=false",

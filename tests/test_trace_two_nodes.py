@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 from conftest import ray_cli_env
+import pytest
+
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
 
 HERE = Path(__file__).parent
 

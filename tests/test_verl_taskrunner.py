@@ -23,6 +23,9 @@ from rldbg.ray_auth import token
 from rldbg.trace.report import analyse_trace
 from rldbg.tui.app import TopApp
 from rldbg.tui.data import LiveSource
+import pytest
+
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent

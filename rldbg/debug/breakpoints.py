@@ -25,7 +25,8 @@ from rldbg.debug.specs import Spec, SpecSet, from_env, matches
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import instant_event
 
-POST_MORTEM_ENV = "RLDBG_POST_MORTEM"
+from rldbg.switches import BREAKPOINTS, RAY_POST_MORTEM
+from rldbg.switches import POST_MORTEM as POST_MORTEM_ENV
 
 # Frames we step out of to reach the user's code.
 _INTERNAL_MODULES = ("rldbg.api", "rldbg.instrument", "rldbg.debug.", "contextlib")
@@ -211,19 +212,19 @@ def set_active_specs(specs) -> None:
 
 def _env_specs() -> list[Spec]:
     global _env_cache
-    raw = os.environ.get("RLDBG_BREAKPOINTS", "")
+    raw = os.environ.get(BREAKPOINTS, "")
     if raw != _env_cache[0]:
         # A bad env spec must not kill a training run: warn once, skip the specs.
         try:
             _env_cache = (raw, from_env())
         except ValueError as e:
-            print(f"rldbg: ignoring RLDBG_BREAKPOINTS: {e}", file=sys.stderr)
+            print(f"rldbg: ignoring {BREAKPOINTS}: {e}", file=sys.stderr)
             _env_cache = (raw, [])
     return _env_cache[1]
 
 
 def match_method_entry(role: str, rank: int, method: str, step: int | None) -> Spec | None:
-    if not _active and not os.environ.get("RLDBG_BREAKPOINTS"):
+    if not _active and not os.environ.get(BREAKPOINTS):
         return None  # the common case costs two lookups
     found = _active.match(role, rank, step, method)
     if found is None:
@@ -245,7 +246,7 @@ def check_method_entry(role: str, rank: int, method: str, step: int | None = Non
 # --- post-mortem --------------------------------------------------------------
 def post_mortem_enabled() -> bool:
     """RAY_DEBUG_POST_MORTEM=1 (Ray's switch) or RLDBG_POST_MORTEM=1."""
-    return os.environ.get("RAY_DEBUG_POST_MORTEM") == "1" or os.environ.get(POST_MORTEM_ENV) == "1"
+    return os.environ.get(RAY_POST_MORTEM) == "1" or os.environ.get(POST_MORTEM_ENV) == "1"
 
 
 def post_mortem(exc: BaseException) -> bool:
@@ -254,7 +255,7 @@ def post_mortem(exc: BaseException) -> bool:
     Ray pauses by itself once the exception leaves the task, so rldbg leaves it to
     Ray rather than pausing twice; RLDBG_POST_MORTEM=1 pauses here, with role, rank
     and method recorded."""
-    if os.environ.get(POST_MORTEM_ENV) != "1" or os.environ.get("RAY_DEBUG_POST_MORTEM") == "1":
+    if os.environ.get(POST_MORTEM_ENV) != "1" or os.environ.get(RAY_POST_MORTEM) == "1":
         return False
     if listener.ray_worker() is None:
         return False

@@ -32,8 +32,8 @@ import time
 
 from rldbg.debug.registry import key_for, parse_ranks, put
 
-ROLES_ENV = "RLDBG_LISTEN_ROLES"
-RANKS_ENV = "RLDBG_LISTEN_RANKS"
+from rldbg.switches import LISTEN_RANKS as RANKS_ENV
+from rldbg.switches import LISTEN_ROLES as ROLES_ENV
 
 _state: dict = {"entry": None}
 

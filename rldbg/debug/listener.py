@@ -21,7 +21,8 @@ import warnings
 
 log = logging.getLogger(__name__)
 
-ALLOW_REMOTE_ENV = "RLDBG_DEBUG_ALLOW_REMOTE"
+from rldbg.switches import DEBUG_ALLOW_REMOTE as ALLOW_REMOTE_ENV
+
 _listen_host: str | None = None
 
 
