@@ -8,8 +8,8 @@ Starts a local 2-CPU Ray cluster bound to 127.0.0.1, builds a 384 KiB batch and 
         DP_COMPUTE_PROTO echo over 2 ranks: split, ship, run, ship back, concatenate, sentinel check;
   (wg+) the same with tracing on (rldbg.trace.start ... stop around the block).
 Blocks alternate off / on; within a block (a) and (wg) rounds interleave, so a slow stretch on a shared
-machine hits both alike. It prints medians and (wg)/(a) per tracing state beside the goal (≤ 0.80,
-issue 12), plus reference figures: the fixed cost of one actor call, the floor for these bytes (one
+machine hits both alike. It prints medians and (wg)/(a) per tracing state beside the goal (≤ 0.80),
+plus reference figures: the fixed cost of one actor call, the floor for these bytes (one
 numpy array), a DataProto echo on one actor, and the pickle payload of a DataProto.
 """
 
