@@ -53,7 +53,7 @@ def test_bad_switch_values_fail_in_one_line(env, says):
 
 
 def test_unmodified_program_straggler_breakpoint_attach(tmp_path):
-    """The Done-when of issue 14: rank 1 of `actor` sleeps in update_actor; the report names that
+    """An unmodified VeRL program, end to end: rank 1 of `actor` sleeps in update_actor; the report names that
     role, rank and method (and nothing else); the spec pauses only rank 1; attach reaches it."""
     require_entry_point()
     trace = tmp_path / "out.json.gz"

@@ -20,7 +20,7 @@ import time
 import traceback as _tb
 
 from rldbg.context import current
-from rldbg.debug import listener
+from rldbg.debug import debugpy_port
 from rldbg.debug.specs import Spec, SpecSet, from_env, matches
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import instant_event
@@ -117,10 +117,10 @@ def _record(frame, reason: str, extra: dict) -> dict:
 
 
 def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
-    if listener.ray_worker() is None:
+    if debugpy_port.ray_worker() is None:
         _pause_without_ray(frame, reason)
         return
-    host, port = listener.ensure_listening()
+    host, port = debugpy_port.ensure_listening()
     entry = _record(frame, reason, {"host": host, "port": port, "spec": spec.text if spec else None})
     with _lock:
         _hits.append(entry)
@@ -129,7 +129,7 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
     where = f"{entry['file']}:{entry['line']}"
     who = f"{entry['role']} rank {entry['rank']}" + (f" step {entry['step']}" if entry["step"] is not None else "")
     try:
-        listener.wait_for_client(
+        debugpy_port.wait_for_client(
             f"rldbg: {reason} in {who} at {where}; waiting for a debugger on {host}:{port} "
             f"(rldbg attach {host}:{port}, or VS Code's Ray Distributed Debugger)"
         )
@@ -138,10 +138,10 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
             _paused.pop(entry["thread"], None)
         _notify("notify_resume", entry)
     if exc_info is not None:
-        listener.stop_on_exception(exc_info)
+        debugpy_port.stop_on_exception(exc_info)
     else:
         _own_stop.frame = frame  # already recorded above; listen mode must not count it again
-        listener.stop_in(frame)
+        debugpy_port.stop_in(frame)
 
 
 # --- stops that did not come through rldbg.breakpoint() ----------------------------
@@ -257,7 +257,7 @@ def post_mortem(exc: BaseException) -> bool:
     and method recorded."""
     if os.environ.get(POST_MORTEM_ENV) != "1" or os.environ.get(RAY_POST_MORTEM) == "1":
         return False
-    if listener.ray_worker() is None:
+    if debugpy_port.ray_worker() is None:
         return False
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:

@@ -43,7 +43,7 @@ def report(group: str, method: str, flow_id: int, waited_s: float) -> list[str]:
         return []
     try:
         from rldbg.dashboard import Dashboard
-        from rldbg.debug.workers import list_paused
+        from rldbg.debug.paused_workers import list_paused
 
         paused = list_paused(Dashboard(address, timeout=3))
     except Exception:

@@ -156,7 +156,7 @@ class LiveSource(DataSource):
             pass
         self._gpu = gpu
         try:
-            from rldbg.debug.workers import list_paused
+            from rldbg.debug.paused_workers import list_paused
             self._paused = [p.to_dict() for p in list_paused(self.dash)] if self.dash.paused_workers() else []
         except DashboardError:
             self._paused = []
