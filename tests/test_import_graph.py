@@ -234,7 +234,7 @@ def test_rldbg_never_imports_the_trainer():
 SWITCH_NAME = re.compile(r"RLDBG_[A-Z0-9_]+")
 # Modules that still spell switch names themselves, to move onto rldbg.switches: exactly these.
 SPELLED_ELSEWHERE = {"rldbg/integrations/verl/driver.py", "rldbg/integrations/verl/switch.py",
-                     "rldbg/integrations/verl/worker.py", "rldbg/trace/server.py"}
+                     "rldbg/integrations/verl/worker.py"}
 
 
 def _spelled_names(path: Path) -> list[tuple[int, str]]:
