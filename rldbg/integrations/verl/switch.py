@@ -129,10 +129,11 @@ def _on_sigterm(signum, frame) -> None:
     """SIGTERM while tracing. Ray's handler in a driver aborts the process, and the trace with it
     (and a controller parked at the step gate, in VeRL's TaskRunner, would wait for nobody). The
     handler may run inside Ray's C++ wait (main_ppo's driver waits in ray.get on the TaskRunner),
-    where raising breaks the core worker, so it only starts a thread that releases the gate,
-    writes the trace (every process ships what it holds: the TaskRunner's last calls are in it)
-    and ends the process with 128 + SIGTERM, as Ray's handler would have: an embedded cluster's
-    processes share the driver's fate (Ray starts them so). A second SIGTERM exits at once."""
+    where raising breaks the core worker, so it only starts a thread that writes the trace (every
+    process ships what it holds: the TaskRunner's last calls are in it), stops the hub (releasing
+    a parked controller; bounded) and ends the process with 128 + SIGTERM, as Ray's handler would
+    have: an embedded cluster's processes share the driver's fate (Ray starts them so). A second
+    SIGTERM exits at once."""
     if _terminating:
         os._exit(128 + signum)
     _terminating.append(signum)
@@ -166,6 +167,23 @@ def _start_hub() -> None:
 
 
 _started_hub: list = []
+HUB_STOP_BOUND_S = 15.0
+
+
+def _stop_hub(bound_s: float | None = None) -> None:
+    """Stop the hub this switch started (releasing a parked controller); with `bound_s`, give up
+    waiting after that long (the process is about to exit)."""
+    if not _started_hub:
+        return
+    import rldbg.control
+
+    _started_hub.clear()
+    if bound_s is None:
+        rldbg.control.stop()
+        return
+    t = threading.Thread(target=rldbg.control.stop, name="rldbg-hub-stop", daemon=True)
+    t.start()
+    t.join(bound_s)
 
 
 def stop(reason: str | None = None) -> None:
@@ -175,13 +193,15 @@ def stop(reason: str | None = None) -> None:
     import rldbg.trace
 
     STEPS.close()
-    if _started_hub:
-        import rldbg.control
-
-        _started_hub.clear()
-        rldbg.control.stop()   # releases a controller parked at the gate
+    if reason is None:
+        _stop_hub()   # releases a controller parked at the gate before the trace waits for it
     path = _started.pop()
     written = rldbg.trace.stop(reason=reason)
+    if reason is not None:
+        # On a signal the trace comes first: stopping the hub asks Ray (the hub's shutdown, its
+        # name gone), which on a busy cluster may not answer while the driver waits in ray.get.
+        # A parked controller's events still ship (its shipper is a thread of its own).
+        _stop_hub(bound_s=HUB_STOP_BOUND_S)
     if recording()["window"]:
         dumps = rldbg.trace.last_dumps()
         for d in dumps:
