@@ -24,6 +24,7 @@ os.environ["RLDBG_ON_NONFINITE"] = "off"   # the run itself does not check; the 
 
 import ray  # noqa: E402
 
+from results import SAVE_HELP, save  # noqa: E402
 from rldbg import sentinel  # noqa: E402
 from reference_trainer.config import load_config  # noqa: E402
 from reference_trainer.data import PromptSource  # noqa: E402
@@ -51,6 +52,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--reps", type=int, default=50, help="repetitions of each step's checks")
+    ap.add_argument("--save", action="store_true", help=SAVE_HELP)
     a = ap.parse_args()
     cfg = load_config("demo", overrides=["trace.enabled=false", "control.enabled=false", "trainer.progress=false",
                                          f"trainer.run_dir={tempfile.mkdtemp()}"])
@@ -97,6 +99,12 @@ def main() -> None:
     print(f"ratio (check CPU / step): {cpu / wall * 100:.3f}% of the median step, "
           f"{cpu / fastest * 100:.3f}% of the fastest; goal <= {GOAL * 100:.0f}% -> "
           f"{'met' if cpu / fastest <= GOAL else 'NOT met'}")
+    if a.save:
+        save("bench_sentinel", a, {"outputs_per_step": len(checks), "floating_tensors_per_step": statistics.median(tensors),
+                                   "cpu_ms_per_step": round(cpu * 1e3, 3), "step_ms_median": round(wall * 1e3, 1),
+                                   "step_ms_fastest": round(fastest * 1e3, 1), "share_pct": round(cpu / wall * 100, 3),
+                                   "share_pct_of_fastest": round(cpu / fastest * 100, 3)},
+             goal=f"sentinel CPU <= {GOAL * 100:.0f}% of the step's wall time")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ Starts a local 2-CPU Ray cluster bound to 127.0.0.1, builds a 384 KiB batch and 
         DP_COMPUTE_PROTO echo over 2 ranks: split, ship, run, ship back, concatenate, sentinel check;
   (wg+) the same with tracing on (rldbg.trace.start ... stop around the block).
 Blocks alternate off / on; within a block (a) and (wg) rounds interleave, so a slow stretch on a shared
-machine hits both alike. It prints medians and (wg)/(a) per tracing state beside the goal (≤ 0.80,
-issue 12), plus reference figures: the fixed cost of one actor call, the floor for these bytes (one
+machine hits both alike. It prints medians and (wg)/(a) per tracing state beside the goal (≤ 0.80),
+plus reference figures: the fixed cost of one actor call, the floor for these bytes (one
 numpy array), a DataProto echo on one actor, and the pickle payload of a DataProto.
 """
 
@@ -30,6 +30,7 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 
 import rldbg  # noqa: E402
+from results import SAVE_HELP, save  # noqa: E402
 from reference_trainer.protocol import DataProto  # noqa: E402
 from reference_trainer.single_controller import (  # noqa: E402
     Dispatch, ResourcePool, Worker, register, shutdown_groups, spawn_role_groups,
@@ -92,6 +93,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=60, help="round trips per case per block")
     parser.add_argument("--blocks", type=int, default=4, help="blocks per tracing state (off/on alternate)")
+    parser.add_argument("--save", action="store_true", help=SAVE_HELP)
     args = parser.parse_args()
     if args.rounds < 1 or args.blocks < 1:
         parser.error(f"--rounds {args.rounds} and --blocks {args.blocks} must both be >= 1")
@@ -169,6 +171,11 @@ def main() -> None:
         data = pickle.dumps(batch, protocol=5, buffer_callback=oob.append)
         print(f"pickle protocol 5 of the DataProto: {len(data) / 1024:.1f} KiB in-band + "
               f"{sum(memoryview(b).nbytes for b in oob) / 1024:.1f} KiB out-of-band in {len(oob)} buffers")
+        if args.save:
+            names = {"0": "empty_echo", "raw": "numpy_echo", "b": "dataproto_one_actor"}
+            figures = {f"{names.get(k, k)}_ms": round(v, 3) for k, v in ms.items()}
+            figures.update({f"{s}_wg_over_a": round(ms[f"wg_{s}"] / ms[f"a_{s}"], 2) for s in ("off", "on")})
+            save("bench_serialization", args, figures, goal=f"(wg)/(a) <= {GOAL:.2f}")
     finally:
         if groups:
             shutdown_groups(groups.values())

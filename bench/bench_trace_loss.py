@@ -20,6 +20,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import ray  # noqa: E402
 
 import rldbg  # noqa: E402
+from results import SAVE_HELP, save  # noqa: E402
 from rldbg import instrument as ri  # noqa: E402
 from rldbg.trace.spill import iter_batches  # noqa: E402
 
@@ -64,6 +65,7 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=60_000)
     ap.add_argument("--seconds", type=float, default=25.0)
     ap.add_argument("--producers", type=int, default=2)
+    ap.add_argument("--save", action="store_true", help=SAVE_HELP)
     a = ap.parse_args()
     ray.init(address="local", num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     tmp = tempfile.mkdtemp(prefix="rldbg-bench-loss-")
@@ -74,9 +76,9 @@ def main() -> None:
         t0 = time.monotonic()
         ray.get(p.burst.remote(200_000))
         rldbg.trace.stop(export=False)
-        shipped, lost = _count(spill), rldbg.trace.last_losses()["total"]
+        shipped, lost, t_burst = _count(spill), rldbg.trace.last_losses()["total"], time.monotonic() - t0
         print(f"burst: 200000 recorded, {shipped} shipped, {lost} counted lost, "
-              f"{time.monotonic() - t0:.2f} s to record + ship + stop")
+              f"{t_burst:.2f} s to record + ship + stop")
         ray.kill(p)
 
         path = os.path.join(tmp, "sustained.json.gz")
@@ -111,6 +113,14 @@ def main() -> None:
               f"peak {peak[0] / 2**20:.0f} MiB, at mid-run {half / 2**20:.0f} MiB, "
               f"at the end {(samples[-1] if samples else 0) / 2**20:.0f} MiB")
         print(f"  stop(export=False): {t_stop:.2f} s (goal <= 5 s); export of the spill: {t_export:.1f} s")
+        if a.save:
+            mib = 2 ** 20
+            save("bench_trace_loss", a, {
+                "burst_recorded": 200_000, "burst_shipped": shipped, "burst_lost": lost, "burst_s": round(t_burst, 2),
+                "sustained_recorded": recorded, "sustained_shipped": _count(spill), "sustained_lost": lo["total"],
+                "driver_rss_mib_before": round(base / mib), "driver_rss_mib_mid": round(half / mib),
+                "driver_rss_mib_peak": round(peak[0] / mib), "stop_s": round(t_stop, 2), "export_s": round(t_export, 1)},
+                goal="all shipped; collector RSS bounded; stop <= 5 s")
     finally:
         ray.shutdown()
 

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from results import SAVE_HELP, save
+
 HERE = str(Path(__file__).resolve().parent)
 
 try:
@@ -56,7 +58,9 @@ def _time(fn, calls: int) -> float:
 
 
 def _compare(label, a, b, rounds, calls):
-    """a vs b in alternating blocks; prints medians (ms) and the ratio a/b per method."""
+    """a vs b in alternating blocks; prints medians (ms) and the ratio a/b per method, and returns
+    {method: ratio}."""
+    ratios = {}
     for method, fa, fb in (("update", a[0], b[0]), ("noop", a[1], b[1])):
         xs, ys = [], []
         for _ in range(rounds):
@@ -64,6 +68,8 @@ def _compare(label, a, b, rounds, calls):
             ys.append(_time(fb, calls))
         ma, mb = statistics.median(xs), statistics.median(ys)
         print(f"{label:<28} {method:<7} {ma * 1e3:8.2f} ms vs plain {mb * 1e3:8.2f} ms   ratio {ma / mb:5.3f}")
+        ratios[method] = round(ma / mb, 3)
+    return ratios
 
 
 def main() -> int:
@@ -71,6 +77,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--calls", type=int, default=40)
     ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--save", action="store_true", help=SAVE_HELP)
     a = ap.parse_args()
     if a.rounds < 1 or a.calls < 1 or a.rows < 2:
         print(f"bench_verl: --rounds {a.rounds} / --calls {a.calls} must be >= 1 and --rows {a.rows} >= 2",
@@ -99,17 +106,20 @@ def main() -> int:
         for f in p + h:   # warm both groups
             f()
         print(f"verl group calls, 2 CPU ranks, {a.rounds} blocks x {a.calls} calls, median per call")
-        _compare("integration on, untraced", h, p, a.rounds, a.calls)
+        untraced = _compare("integration on, untraced", h, p, a.rounds, a.calls)
         path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"bench_verl_{os.getpid()}.json.gz")
         rldbg.trace.start(path, memory_hz=0)
         try:
-            _compare("integration on, traced", h, p, a.rounds, a.calls)
+            traced = _compare("integration on, traced", h, p, a.rounds, a.calls)
         finally:
             import shutil
 
             shutil.rmtree(rldbg.trace.stop(export=False) or "", ignore_errors=True)   # the spill dir
     finally:
         ray.shutdown()
+    if a.save:
+        save("bench_verl", a, {**{f"untraced_{m}_ratio": r for m, r in untraced.items()},
+                               **{f"traced_{m}_ratio": r for m, r in traced.items()}}, goal="hooked/plain: none stated")
     return 0
 
 

@@ -6,7 +6,7 @@ reference_trainer's demo preset. Needs TRL (installed only in /tmp/trlvenv); imp
 without it raises ImportError, which bench_trainer.py reports as "TRL not available".
 
 Differences we cannot remove, printed by the bench: TRL runs in this one process (no Ray), loads
-no reference model when beta=0 (ours always runs a reference forward pass), and keeps its
+no reference model when beta=0 (ours runs its reference forward only with --ref-forward ours), and keeps its
 optimizer state in memory (ours moves it out to a file every step on CPU, per the demo preset).
 """
 from __future__ import annotations

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
+
+# The trainer's own libraries: `pip install rldbg` alone brings the debugger, not these.
+NEEDS = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "yaml", "tqdm")
 
 
 def main(argv=None) -> int:
@@ -12,6 +16,11 @@ def main(argv=None) -> int:
     p.add_argument("--config", help="a YAML file applied on top of the preset")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. algorithm.adv_estimator=gae")
     args = p.parse_args(argv)
+    missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"python -m reference_trainer needs {', '.join(missing)}, not installed here: "
+              "pip install 'rldbg[trainer]' (from a checkout: pip install -e '.[trainer]')", file=sys.stderr)
+        return 2
     from reference_trainer.config import ConfigError, load_config
 
     try:
@@ -19,7 +28,7 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
-    from rldbg.sentinel import NonFinite
+    from rldbg import NonFinite
     from reference_trainer.single_controller.host import RankDied
     from reference_trainer.stop import Stopped
     from reference_trainer.trainer import fit

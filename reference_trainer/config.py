@@ -360,26 +360,24 @@ def check_fits(cfg: Config, cluster: dict, where: str) -> None:
 
 def _check_debug(cfg: Config) -> None:
     """Breakpoint, listen and profile specs fail here, on the driver, before any worker starts."""
-    from rldbg.debug.registry import parse_ranks
-    from rldbg.debug.specs import SpecError, parse
-    from rldbg.profilers.spec import ProfileSpecError, to_env
+    from rldbg import parse_breakpoint, parse_ranks, switches, worker_env
 
     roles = roles_of(cfg)
     methods = _known_methods(cfg) if cfg.debug.breakpoints else None
     for item in cfg.debug.breakpoints:
         try:
-            parse(str(item), known_roles=roles, known_methods=methods)
-        except SpecError as e:
+            parse_breakpoint(str(item), known_roles=roles, known_methods=methods)
+        except ValueError as e:
             raise ConfigError(f"debug.breakpoints: {e}") from None
     import os
-    env = os.environ.get("RLDBG_BREAKPOINTS", "")   # passed on to every worker (see worker_env)
+    env = os.environ.get(switches.BREAKPOINTS, "")   # passed on to every worker (see worker_env)
     for item in filter(str.strip, env.split(";")):
         try:
-            parse(item, known_roles=roles, known_methods=methods or _known_methods(cfg))
-        except SpecError as e:
-            raise ConfigError(f"$RLDBG_BREAKPOINTS: {e}") from None
+            parse_breakpoint(item, known_roles=roles, known_methods=methods or _known_methods(cfg))
+        except ValueError as e:
+            raise ConfigError(f"${switches.BREAKPOINTS}: {e}") from None
     try:
-        parse_ranks(os.environ.get("RLDBG_LISTEN_RANKS") or None, "$RLDBG_LISTEN_RANKS")
+        parse_ranks(os.environ.get(switches.LISTEN_RANKS) or None, f"${switches.LISTEN_RANKS}")
     except ValueError as e:
         raise ConfigError(str(e)) from None
     for key in ("debug.listen_roles", "profile.roles"):
@@ -399,8 +397,9 @@ def _check_debug(cfg: Config) -> None:
     p = cfg.profile
     if p.roles or p.ranks or p.steps:
         try:
-            to_env(p.dir or "tb", roles=p.roles, ranks=p.ranks, steps=p.steps, run="check")
-        except ProfileSpecError as e:
+            worker_env(profile={"dir": p.dir or "tb", "roles": p.roles, "ranks": p.ranks, "steps": p.steps,
+                                "run": "check"}, inherit=False)
+        except ValueError as e:
             raise ConfigError(f"profile: {e}") from None
 
 
@@ -461,7 +460,7 @@ def validate(cfg: Config) -> None:
     for key in ("algorithm.gamma", "algorithm.lam", "rollout.gpu_memory_utilization"):
         if not 0 <= _get(cfg, key) <= 1:
             raise ConfigError(f"config key {key!r} must be in [0, 1], got {_get(cfg, key)!r}")
-    from rldbg.trace.window import parse_steps
+    from rldbg import parse_steps
     try:
         if parse_steps(cfg.trace.steps) and cfg.trace.window:
             raise ConfigError(f"config keys 'trace.window'={cfg.trace.window} and 'trace.steps'={cfg.trace.steps}: "
@@ -480,9 +479,9 @@ def validate(cfg: Config) -> None:
                                                              f"{cfg.resources.ray_num_cpus})")
     _check_debug(cfg)
     if cfg.trace.enabled or cfg.trace.path:
-        from rldbg.trace.session import check_path_free
+        from rldbg import check_trace_path
         try:
-            check_path_free(cfg.trace.path or str(Path(cfg.trainer.run_dir) / "trace.json.gz"))
+            check_trace_path(cfg.trace.path or str(Path(cfg.trainer.run_dir) / "trace.json.gz"))
         except RuntimeError as e:
             raise ConfigError(str(e)) from None
     if not 0 < cfg.rollout.top_p <= 1:

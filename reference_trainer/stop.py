@@ -49,8 +49,8 @@ def _handler(signum, frame) -> None:
     if _state["signum"] is not None:
         os._exit(128 + signum)                   # the user insists: no more waiting on cleanup
     _state["signum"] = signum
-    from rldbg.control import gate
-    gate.release(f"stopping on {signal.Signals(signum).name}")   # a parked gate must not hold the stop
+    import rldbg.control
+    rldbg.control.release(f"stopping on {signal.Signals(signum).name}")   # a parked gate must not hold the stop
 
 
 class _Guard:

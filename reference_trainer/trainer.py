@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rldbg import instrument, sentinel
+import rldbg
+from rldbg import instrument
 
 from reference_trainer import checkpoint
 from reference_trainer.advantage import compute_advantages
@@ -38,7 +39,7 @@ def fit(cfg: Config) -> list[dict]:
             if trace_path and (notice := job_stop_notice()):
                 print(notice, flush=True)
             control = _start_control(cfg)
-            sentinel.configure(cfg.debug.on_nonfinite, failures_dir(cfg))   # the driver's check of merged results
+            rldbg.configure_nonfinite(cfg.debug.on_nonfinite, failures_dir(cfg))   # the driver's check of merged results
             groups = build_role_groups(cfg, worker_env(cfg))
             actor, critic, reward = groups["actor"], groups.get("critic"), groups["reward"]
             actor.init_model()
@@ -76,8 +77,6 @@ def fit(cfg: Config) -> list[dict]:
             # and before the workers go: their last events are still in flight.
             _stop_tracing(trace_path, sys.exc_info()[1], cfg.trace.window)
             if control:
-                import rldbg.control
-
                 rldbg.control.stop()   # releases a parked step gate, removes the hub file
             shutdown_groups(groups.values())
             stop_ray(started)
@@ -144,8 +143,6 @@ def warm_start(actor, task, tokenizer, cfg: Config) -> None:
 def worker_env(cfg: Config) -> dict:
     """Environment for worker processes: rldbg's switches (validated here, on the driver) travel
     to every rank."""
-    import rldbg
-
     profile = None
     if cfg.profile.roles or cfg.profile.ranks or cfg.profile.steps:
         profile = {"dir": profile_dir(cfg), "roles": cfg.profile.roles, "ranks": cfg.profile.ranks,
@@ -158,7 +155,7 @@ def worker_env(cfg: Config) -> dict:
 
 
 def failures_dir(cfg: Config) -> str:
-    """Where a failing call's inputs, output and error are saved (rldbg.sentinel)."""
+    """Where a failing call's inputs, output and error are saved (rldbg's non-finite sentinel)."""
     return str(Path(cfg.trainer.run_dir).resolve() / "failures")
 
 
@@ -181,8 +178,6 @@ def profile_dir(cfg: Config) -> str:
 def _start_control(cfg: Config) -> bool:
     if not cfg.control.enabled:
         return False
-    import rldbg.control
-
     info = rldbg.control.start(port=cfg.control.port, gate_timeout_s=cfg.control.gate_timeout_s)
     print(f"rldbg control hub at {info['url']} (token in {info['file']}); watch with `rldbg top --job {info['run']}`",
           flush=True)
@@ -192,8 +187,6 @@ def _start_control(cfg: Config) -> bool:
 def _start_tracing(cfg: Config) -> str | None:
     if not (cfg.trace.enabled or cfg.trace.path):
         return None
-    import rldbg.trace
-
     path = cfg.trace.path or str(Path(cfg.trainer.run_dir) / "trace.json.gz")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     profiled = cfg.profile.roles or cfg.profile.ranks or cfg.profile.steps
@@ -211,8 +204,6 @@ def _stop_tracing(path: str | None, failure: BaseException | None = None, window
     """Write the trace; with the flight recorder, dump the last window if the run is failing."""
     if path is None:
         return
-    import rldbg.trace
-
     reason, detail = _stop_reason(failure)
     out = rldbg.trace.stop(reason=reason, **detail)
     dumps = rldbg.trace.last_dumps()
@@ -238,7 +229,7 @@ def _stop_reason(failure: BaseException | None) -> tuple:
            if isinstance(getattr(failure, k, None), (str, int))}
     if isinstance(failure, Stopped):
         return failure.signame, who
-    if isinstance(failure, sentinel.NonFinite):
+    if isinstance(failure, rldbg.NonFinite):
         return "nonfinite", who
     name = "rank_died" if type(failure).__name__ == "RankDied" else "exception"
     return name, dict(who, error=f"{type(failure).__name__}: {failure}"[:500])

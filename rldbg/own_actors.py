@@ -1,5 +1,4 @@
-"""How rldbg makes its own Ray actors (the control hub; the trace collector was one until it
-moved into the driver, trace/server.py): the options they share, in one place.
+"""How rldbg makes its own Ray actors (the control hub): the options they share, in one place.
 
 - num_cpus=0: they must never hold a CPU the user's job asked for (or wait for one);
 - max_restarts=0: Ray does not restart them; rldbg does what a death needs itself (the gate

@@ -24,6 +24,7 @@ import traceback
 from pathlib import Path
 
 from rldbg import switches
+from rldbg.extras import need
 
 MODES = ("stop", "warn", "off")
 EVENT = "nonfinite"            # the instant's name in the trace
@@ -137,8 +138,7 @@ def save_failure(role: str, rank, method: str, step, args=(), kwargs=None, outpu
         return None
     where = Path(root) / f"{'init' if step is None else step}-{role}-{'merged' if rank is None else rank}-{method}"
     try:
-        import torch
-
+        torch = need("torch", "saving a failing call's inputs", "torch")
         where.mkdir(parents=True, exist_ok=True)
         torch.save({"args": tuple(args or ()), "kwargs": dict(kwargs or {})}, where / "inputs.pt")
         if output is not None:
@@ -154,7 +154,7 @@ def save_failure(role: str, rank, method: str, step, args=(), kwargs=None, outpu
 
 
 def post_mortem_on() -> bool:
-    return any(os.environ.get(k, "") not in ("", "0") for k in (switches.POST_MORTEM, "RAY_DEBUG_POST_MORTEM"))
+    return any(os.environ.get(k, "") not in ("", "0") for k in (switches.POST_MORTEM, switches.RAY_POST_MORTEM))
 
 
 # ---- hooks ----------------------------------------------------------------------------------

@@ -1,20 +1,12 @@
-"""Every RLDBG_* switch a worker process reads, owned in one place.
+"""Every RLDBG_* environment switch, named once: the rest of rldbg, the trainer and the VeRL plugin
+import the name from here (tests/test_import_graph.py fails on a second spelling).
 
-A trainer starts its workers with rldbg.worker_env(...) (or rldbg.runtime_env(...) for a Ray
-runtime_env) instead of spelling variables by hand:
-
-    env = rldbg.worker_env(breakpoints=["actor.update_actor@rank=1"], post_mortem=True,
-                           listen_roles=["actor"], listen_ranks=[1],
-                           profile={"dir": "runs/x/profile", "roles": ["critic"], "steps": [2]})
-    MyWorker.options(runtime_env={"env_vars": env}).remote(...)
-
-Values are validated here, on the driver, so a bad spec fails before any worker starts (one line,
-ValueError). Switches already set in the driver's environment travel too unless given explicitly.
+A leaf module, importing nothing: every module may read its names without an import circle, and
+VeRL's plugin hook (rldbg_verl_plugin.py, run by `import verl` in each of its processes) pays for
+this file alone. Building a worker's environment from these is rldbg.launch_env (rldbg.worker_env).
 """
-from __future__ import annotations
 
-import os
-
+# What a worker reads (worker_env passes them on):
 BREAKPOINTS = "RLDBG_BREAKPOINTS"            # breakpoint specs, ";"-separated (rldbg.debug.specs)
 POST_MORTEM = "RLDBG_POST_MORTEM"            # "1": pause at the raising frame of a failed call
 LISTEN_ROLES = "RLDBG_LISTEN_ROLES"          # debug mode: these roles open a debugpy listener
@@ -25,69 +17,25 @@ DEBUG_ALLOW_REMOTE = "RLDBG_DEBUG_ALLOW_REMOTE"       # let debugpy listen beyon
 ON_NONFINITE = "RLDBG_ON_NONFINITE"          # stop | warn | off: the non-finite sentinel (rldbg.sentinel)
 FAILURES_DIR = "RLDBG_FAILURES_DIR"          # where a failing call's inputs/output/error are saved
 
+# Ray's own post-mortem switch, honoured by rldbg's post-mortem guard too.
+RAY_POST_MORTEM = "RAY_DEBUG_POST_MORTEM"
+
 # What a worker reads; inherited from the driver's environment when not given explicitly.
-# RAY_DEBUG_POST_MORTEM is Ray's own switch, honoured by rldbg's post-mortem guard too.
-WORKER_SWITCHES = (BREAKPOINTS, POST_MORTEM, "RAY_DEBUG_POST_MORTEM", LISTEN_ROLES, LISTEN_RANKS, PROFILE,
+WORKER_SWITCHES = (BREAKPOINTS, POST_MORTEM, RAY_POST_MORTEM, LISTEN_ROLES, LISTEN_RANKS, PROFILE,
                    CUDA_MEMORY_SNAPSHOT, DEBUG_ALLOW_REMOTE, ON_NONFINITE, FAILURES_DIR)
 
+# The driver's side:
+WAIT_REPORT_S = "RLDBG_WAIT_REPORT_S"        # seconds before a slow call names the ranks it waits for (5)
+HANG_REPORT_S = "RLDBG_HANG_REPORT_S"        # seconds before a slow call's stacks are read as a hang (60)
+TRACE_HOST = "RLDBG_TRACE_HOST"              # the address the trace collector listens on
 
-def _joined(values, sep: str = ",") -> str:
-    if isinstance(values, str):
-        return values
-    return sep.join(str(v) for v in values)
+# VeRL's zero-code switch (rldbg.integrations.verl), read in every process of a VeRL job:
+VERL = "RLDBG_VERL"                          # "1": load the integration (rldbg_verl_plugin.py)
+VERL_ROLE = "RLDBG_VERL_ROLE"                # a worker's role(s), set by the driver through VeRL's worker env
+TRACE = "RLDBG_TRACE"                        # the trace's path, or 1 for the default
+TRACE_WINDOW = "RLDBG_TRACE_WINDOW"          # the flight recorder's last N steps
+TRACE_STEPS = "RLDBG_TRACE_STEPS"            # step windows to record, "100-110,500"
 
-
-def worker_env(*, breakpoints=(), post_mortem: bool = False, listen_roles=(), listen_ranks=(),
-               profile: dict | None = None, cuda_memory_snapshot: str | None = None,
-               on_nonfinite: str | None = None, failures_dir: str | None = None, inherit: bool = True, environ=None) -> dict:
-    """The environment variables (name -> value) a trainer gives its worker processes.
-
-    breakpoints: spec texts ("role.method@rank=1,step=3"); post_mortem: pause a worker at the
-    frame that raised; listen_roles / listen_ranks: debug mode (debugpy listeners; roles may be
-    "*"); profile: {"dir", "roles", "ranks", "steps", "methods", "run"} for torch.profiler;
-    cuda_memory_snapshot: a directory for CUDA memory snapshots around transitions.
-    on_nonfinite: stop | warn | off (rldbg.sentinel); failures_dir: where failing calls are saved.
-    inherit: also pass on the switches set in `environ` (default os.environ) that were not given.
-    Raises ValueError naming the bad value and the accepted form."""
-    env: dict = {}
-    if breakpoints:
-        from rldbg.debug.specs import parse_many
-
-        items = [s for s in (breakpoints.split(";") if isinstance(breakpoints, str) else breakpoints) if s.strip()]
-        parse_many(items)                      # SpecError (a ValueError) on a bad spec
-        env[BREAKPOINTS] = ";".join(items)
-    if post_mortem:
-        env[POST_MORTEM] = "1"
-    if listen_roles:
-        env[LISTEN_ROLES] = _joined(listen_roles)
-    if listen_ranks:
-        env[LISTEN_RANKS] = _joined(listen_ranks)
-    if profile:
-        from rldbg.profilers.spec import to_env
-
-        known = {"dir", "roles", "ranks", "steps", "methods", "run"}
-        if "dir" not in profile or set(profile) - known:
-            raise ValueError(f"bad profile {profile!r}: a dict with 'dir' and any of {sorted(known - {'dir'})}")
-        env[PROFILE] = to_env(**profile)
-    if cuda_memory_snapshot:
-        env[CUDA_MEMORY_SNAPSHOT] = str(cuda_memory_snapshot)
-    if on_nonfinite is not None:
-        if on_nonfinite not in ("stop", "warn", "off"):
-            raise ValueError(f"bad on_nonfinite {on_nonfinite!r}: accepted stop, warn, off")
-        env[ON_NONFINITE] = on_nonfinite
-    if failures_dir:
-        env[FAILURES_DIR] = str(failures_dir)
-    if inherit:
-        source = os.environ if environ is None else environ
-        for key in WORKER_SWITCHES:
-            if key in source and key not in env:
-                env[key] = source[key]
-    from rldbg.debug.listen import check_env
-
-    check_env(env)   # a bad rank list fails here, on the driver
-    return env
-
-
-def runtime_env(**kwargs) -> dict:
-    """{"env_vars": worker_env(**kwargs)}: a Ray runtime_env carrying rldbg's switches."""
-    return {"env_vars": worker_env(**kwargs)}
+# The tools' side (rldbg top, rldbg breakpoints ...):
+HOME = "RLDBG_HOME"                          # where hub files live (default ~/.rldbg)
+TOKEN = "RLDBG_TOKEN"                        # the control hub's bearer token for `rldbg top`

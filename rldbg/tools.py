@@ -2,7 +2,7 @@
 beside the running Python first, then on PATH.
 
 `venv/bin/rldbg` run without the venv on PATH must still find `venv/bin/py-spy`, which pip put
-next to the interpreter; a bare PATH lookup misses it and told users py-spy was not installed.
+next to the interpreter; a bare PATH lookup misses it and would tell users py-spy is not installed.
 """
 from __future__ import annotations
 

@@ -102,3 +102,17 @@ def two_nodes():
     with cluster_host() as (info, _proc):
         yield info
 
+
+
+# Tiers, fastest first, so a failing unit test shows within a minute of `python -m pytest` (CI runs
+# the README's command as it is): unit tests, then tests on the session's Ray cluster, then the
+# `slow` end-to-end runs (the trainer or a VeRL program as a subprocess, clusters of their own).
+# `python -m pytest -m "not slow"` runs the first two tiers alone.
+def _tier(item) -> int:
+    if item.get_closest_marker("slow"):
+        return 2
+    return 1 if "ray_cluster" in item.fixturenames else 0
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=_tier)   # stable: each tier keeps the files' order

@@ -18,6 +18,8 @@ import pytest
 from conftest import ray_cli_env, stop_child
 from polling import until
 
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).parent
 WORKERS = str((HERE / "node_workers.py").resolve())

@@ -122,11 +122,13 @@ def test_losing_a_node_names_it_and_keeps_the_trace(small_cluster, tmp_path):
 def test_only_a_lost_peer_is_read_as_one_and_unavailable_is_not_called_dead():
     import ray
 
+    import rldbg
+    from reference_trainer.runtime import peer_lost
     from rldbg.debug import death
     gloo = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
             "[127.0.0.1]:37251")
-    assert death.peer_lost(gloo) and death.peer_lost("NCCL error: remote process exited or there was a network error")
-    assert not death.peer_lost("ValueError: shapes (8, 3) and (4,) do not match")
+    assert peer_lost(gloo) and peer_lost("NCCL error: remote process exited or there was a network error")
+    assert not peer_lost("ValueError: shapes (8, 3) and (4,) do not match")
     # Without Ray's verdict (no cluster here to ask), "unavailable" stays what it is: not a death cause.
     unavailable = ray.exceptions.ActorUnavailableError(
         "The actor is temporarily unavailable: RpcError: RPC error: failed to connect to all addresses; last error: "
@@ -134,4 +136,6 @@ def test_only_a_lost_peer_is_read_as_one_and_unavailable_is_not_called_dead():
         bytes(16))
     assert death.settle(unavailable, timeout=0.1) is unavailable
     said = death.cause(unavailable)
+    dead = rldbg.actor_death(unavailable, timeout=0.1)   # the public form: the same verdict, with where
+    assert dead.cause == said and dead.error is unavailable and dead.ip is None
     assert said.startswith("Ray could not reach it (") and "declared it dead" in said and "node was lost" not in said

@@ -17,8 +17,8 @@ import rldbg  # noqa: E402
 from rldbg.cli import main as cli_main  # noqa: E402
 from rldbg.dashboard import Dashboard  # noqa: E402
 from rldbg.debug.dap import DAPClient  # noqa: E402
-from rldbg.debug.session import Session  # noqa: E402
-from rldbg.debug.workers import resolve_target  # noqa: E402
+from rldbg.debug.terminal import Session  # noqa: E402
+from rldbg.debug.paused_workers import resolve_target  # noqa: E402
 
 from conftest import DASHBOARD_URL as DASH  # noqa: E402
 THIS = str(Path(__file__).resolve())

@@ -249,7 +249,8 @@ def test_rldbg_attach_break_waits_for_the_hit(trainer):
 
 
 def test_a_breakpoint_on_the_def_line_stops_at_the_first_line_and_says_so(trainer):
-    """`rldbg attach --break hybrid.py:<the def of update_actor>` used to wait forever."""
+    """`rldbg attach --break hybrid.py:<the def of update_actor>` must not wait forever: a def line never
+    runs when the method is called, so the breakpoint moves to the body's first line and says so."""
     assert Path(HYBRID).read_text().splitlines()[DEF_LINE - 1].strip().startswith("def update_actor(")
     cfg, groups, src = trainer
     script = "p RLDBG_RANK\nclear\ndetach\n"

@@ -7,7 +7,7 @@ from rldbg.commands.vscode import strip_jsonc, update_launch
 from rldbg.debug import breakpoints as bp
 from rldbg.debug.specs import FORM, Spec, SpecError, SpecSet, from_env, matches, parse, parse_many
 from rldbg.context import WorkerIdentity, parse_label, worker_label
-from rldbg.debug.workers import TargetError, resolve_target
+from rldbg.debug.paused_workers import TargetError, resolve_target
 
 
 def test_parse_forms():
@@ -137,7 +137,7 @@ def test_launch_json_merge_keeps_user_entries(tmp_path):
 
 
 def test_listener_stays_on_loopback(monkeypatch):
-    from rldbg.debug.listener import choose_host
+    from rldbg.debug.debugpy_port import choose_host
 
     monkeypatch.delenv("RLDBG_DEBUG_ALLOW_REMOTE", raising=False)
     assert choose_host("127.0.0.1") == "127.0.0.1"

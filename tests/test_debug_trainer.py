@@ -22,7 +22,9 @@ from reference_trainer.trainer import train_step, worker_env
 from rldbg.cli import main as cli_main
 from rldbg.dashboard import Dashboard
 from rldbg.debug.dap import DAPClient
-from rldbg.debug.workers import list_paused
+from rldbg.debug.paused_workers import list_paused
+
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
 
 
 def _until(fn, what, limit=120.0):

@@ -19,6 +19,8 @@ import pytest
 
 from polling import until
 
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
+
 SMALL = ["sft.steps=0", "trainer.progress=false", "model.preset=llama-tiny", "data.prompts_per_step=4",
          "data.group_size=4", "actor.mini_batch_size=16", "actor.micro_batch_size=8", "trainer.total_steps=2000"]
 

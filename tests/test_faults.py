@@ -439,7 +439,7 @@ def test_two_runs_at_once_each_keep_their_hub_and_are_watched_by_run(ray_cluster
         assert r.returncode == 2 and all(run in r.stderr for run, _ in runs), r.stderr
         other.stdin.close()
         assert other.wait(timeout=60) == 0
-        # the other run's exit removed its own hub file only (it used to delete ours)
+        # the other run's exit removes its own hub file only, never ours
         assert [p.name for p in home.glob("hub-*.json")] == [f"hub-{mine['run']}.json"]
     finally:
         rldbg.control.stop()
@@ -468,8 +468,8 @@ def test_a_new_trace_on_a_used_path_starts_fresh_and_a_live_one_is_refused(ray_c
 
 
 def test_top_once_reads_up_to_the_newest_event_of_every_worker(ray_cluster, tmp_path):
-    """One poll used to read only the first page of the backlog: the header's step advanced, the
-    rows did not. --once (catch_up) reads every page up to the newest event."""
+    """A poll that read only the first page of the backlog would advance the header's step and not
+    the rows: --once (catch_up) reads every page up to the newest event."""
     import rldbg.control
     from rldbg.tui.data import FIRST_PAGE, LiveSource
     rldbg.trace.start(str(tmp_path / "top.json"), memory_hz=0, flush_interval=0.1)

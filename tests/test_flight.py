@@ -17,6 +17,8 @@ import pytest
 
 from polling import until
 
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
+
 TESTS = Path(__file__).parent
 FAULTS = str(TESTS / "faults")
 
@@ -165,12 +167,12 @@ def test_the_ring_stays_bounded_and_keeps_the_state_at_its_start():
 
     ring = Ring(3, capacity=10_000)
     t = 0
-    for step in range(200):
+    for step in range(200):   # a step a second
         evs = [ledger_event(t, "actor", 0, step, "m", "optimizer", 1000 + step),
                memory_event(t + 1, "actor", 0, None, None, {"rss": 5000 + step}),
                instant_event("user", "x", t + 2, "actor", 0, step, "m")]
         ring.add(evs)
-        t += 10
+        t += 1_000_000_000
     # It holds twice the window (processes answer a dump a heartbeat apart), never more.
     assert len(ring.events) == 2 * 3 * 3 and ring.first_step() == 194 and ring.newest == 199
     window = ring.window()
@@ -181,6 +183,38 @@ def test_the_ring_stays_bounded_and_keeps_the_state_at_its_start():
     assert window[0][3] == window[1][3] == window[2][3]
     # a dump of step 198 (a process a round ahead of the trigger) cuts the same steps as the others
     assert {e[7] for e in ring.window(198)[2:] if e[7] is not None} == {196, 197, 198}
+    # events from before the first step belong to a window that reaches step 1 only
+    early = Ring(3, capacity=100)
+    early.add([instant_event("user", "before", 0, "actor", 0, None, "m")])
+    early.add([instant_event("user", "x", 1 + s, "actor", 0, s, "m") for s in (1, 2, 3, 4)])
+    assert [e[2] for e in early.window(3)] == ["before", "x", "x", "x"]
+    assert [e[7] for e in early.window(4)] == [2, 3, 4]
+    # a process a step behind the trigger ships the steps it has of the same window, no older one
+    assert {e[7] for e in ring.window(200)[2:] if e[7] is not None} == {198, 199}
+
+
+def test_the_ring_keeps_its_last_seconds_of_fast_steps_and_files_a_stepless_process_under_the_jobs_step():
+    from rldbg.trace.events import instant_event, memory_event
+    from rldbg.trace.window import MARGIN_NS, Ring
+
+    # Steps of 50 ms: a process told of a dump a heartbeat later is many steps on, and must still
+    # hold the steps that end at the dump's; it keeps the last MARGIN_NS, and no more.
+    ring, t = Ring(3, capacity=10_000), 0
+    for step in range(1000):
+        ring.add([instant_event("user", "x", t, "actor", 0, step, "m")])
+        t += 50_000_000
+    assert len(ring.events) == MARGIN_NS // 50_000_000 + 1 and ring.newest == 999
+    assert {e[7] for e in ring.window(950)} == {948, 949, 950}
+    # The Ray driver under VeRL's TaskRunner records memory samples only: the collector's answers
+    # give it the job's step, and its ring stays as bounded as a worker's.
+    driver, t = Ring(3, capacity=10_000), 0
+    for step in range(1, 301):
+        driver.job_step = step
+        driver.add([memory_event(t + i * 100_000_000, "driver", 0, None, None, {"rss": 7000 + step}) for i in range(10)])
+        t += 1_000_000_000
+    assert driver.newest == 300 and driver.first_step() >= 295 and len(driver.events) <= 60
+    cut = driver.window(299)
+    assert {e[10]["rss"] for e in cut[1:]} == {7297, 7298, 7299} and cut[0][10]["rss"] == 7296
 
 
 def test_a_dump_is_refused_in_one_line_when_the_trace_keeps_no_window(ray_cluster, tmp_path):

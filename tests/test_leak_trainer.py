@@ -15,6 +15,9 @@ from pathlib import Path
 from rldbg.memory.leaks import MIN_CYCLES, WARMUP_CYCLES
 from rldbg.trace.events import moves
 from rldbg.trace.report import read_trace
+import pytest
+
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
 
 STEPS = WARMUP_CYCLES + MIN_CYCLES + 2
 

@@ -1,6 +1,6 @@
 """The report's interval arithmetic (rldbg.analysis.cover.Cover): the time a role or the driver is
 busy inside steps, and the idle part of a gap, equal clipping every interval against every
-window and taking the union; a long run's steps and calls no longer multiply."""
+window and taking the union, without multiplying a long run's steps by its calls."""
 from __future__ import annotations
 
 import random
@@ -31,7 +31,7 @@ def test_cover_equals_clipping_every_interval_against_every_window():
 
 
 def test_a_long_run_is_answered_without_multiplying_steps_by_calls():
-    # 10,000 steps of 20 calls: clipping each call against each step was 2e9 steps of Python.
+    # 10,000 steps of 20 calls: clipping each call against each step would be 2e9 steps of Python.
     steps = [(s * 1_000, s * 1_000 + 900) for s in range(10_000)]
     calls = [(c * 50, c * 50 + 30) for c in range(200_000)]
     cover = Cover(calls)

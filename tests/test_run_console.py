@@ -23,6 +23,8 @@ from polling import until
 from rldbg.control.client import HubClient, HubError
 from rldbg.control.discovery import discover
 
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
+
 SMALL = ["sft.steps=0", "trainer.progress=false", "data.prompts_per_step=4", "data.group_size=4",
          "actor.mini_batch_size=16", "actor.micro_batch_size=8", "critic.mini_batch_size=16",
          "critic.micro_batch_size=8", "trainer.logger=[console,jsonl]", "trainer.total_steps=500"]

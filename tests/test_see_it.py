@@ -21,6 +21,8 @@ from polling import until
 from reference_trainer.config import load_config
 from reference_trainer.trainer import fit
 
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
+
 UI = "https://ui.perfetto.dev"
 # What the UI's fetch() sends cross-origin from ui.perfetto.dev (Chrome).
 UI_HEADERS = {"Origin": UI, "Referer": UI + "/", "Accept": "*/*", "Sec-Fetch-Mode": "cors",

@@ -18,6 +18,8 @@ import torch
 
 from rldbg import sentinel
 
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
+
 SMALL = ["sft.steps=0", "trainer.progress=false", "model.preset=llama-tiny", "data.prompts_per_step=4",
          "data.group_size=4", "actor.mini_batch_size=16", "actor.micro_batch_size=8",
          "critic.mini_batch_size=16", "critic.micro_batch_size=8", "control.enabled=false",
@@ -165,7 +167,7 @@ def test_healthy_run_raises_no_alarm(tmp_path):
 
 def test_warn_mode_goes_on_and_a_later_exception_saves_its_shard(tmp_path):
     """warn: the NaN reward is reported and training goes on; the NaN reaches the weights and
-    the next rollout raises on the actor (the failure the issue saw, now with its shard on disk)."""
+    the next rollout raises on the actor (the failure a user meets, with its shard on disk)."""
     proc, run = _train(tmp_path, *_nan_at(step=0, rank=0), "debug.on_nonfinite=warn", steps=3)
     assert "rldbg warning: non-finite output: reward rank 0 compute_scores at step 0" in proc.stderr
     assert (run / "failures" / "0-reward-0-compute_scores" / "output.pt").exists()

@@ -31,8 +31,8 @@ def test_each_readme_command_upgrades_a_new_venvs_pip_first():
     assert sorted(commands) == ["1", "2"], commands
     for cmd in commands.values():
         assert cmd.startswith("python -m pip install --upgrade pip && pip install \"torch==2.13.0\" -e "), cmd
-    assert commands["1"].endswith("&& python -m reference_trainer --preset demo")
-    assert commands["2"].endswith("-e \".[test,verl]\" && python -m pytest")
+    assert commands["1"].endswith("-e \".[trainer]\" && python -m reference_trainer --preset demo")
+    assert commands["2"].endswith("-e \".[trainer,test,verl]\" && python -m pytest")
 
 
 def test_ci_runs_the_readme_test_command_word_for_word_in_a_new_venv():

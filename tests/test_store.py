@@ -2,8 +2,10 @@
 store is the report the JSON re-reading path gave, and the one-line errors for what is no trace.
 
 tests/data/gpu/<trace>.report.txt / .report.json are the reports the JSON re-reading path (before
-the store) printed for the recorded GPU traces, saved from that rldbg: a trace imported into a
-store must report the same, line for line (the first line names the file given).
+the store) printed for the recorded GPU traces, saved from that rldbg (its JSON since with the
+other controllers' idle times, "others": [] for these one-controller runs, as that path gives
+it): a trace imported into a store must report the same, line for line (the first line names
+the file given).
 """
 from __future__ import annotations
 
@@ -154,3 +156,69 @@ def test_a_store_cut_short_while_written_is_refused_in_one_line(tmp_path):
     os.replace(partial, db)
     r = _report(tmp_path / "trace.json")
     assert r.returncode == 0 and "STRAGGLER actor rank 1" in r.stdout, r.stderr
+
+
+def _controllers_spill(tmp_path, steps: int = 4) -> str:
+    """Two controllers in one job (a trainer-like process, pid 2, calling the actor group; an
+    evaluation process, pid 3, calling the critic group), each marking its own steps and making two
+    calls a step, beside the driver (pid 1) that makes none. The evaluator's first batch holds a
+    driver-role instant from before its first call, which must move to its track all the same."""
+    spill = str(tmp_path / "controllers.spill")
+    w = SpillWriter(spill, {"origin_ns": T0, "job_id": "j"})
+    w.write({"pid": 1, "host": "h", "dropped": 0, "events": [ev.instant_event("user", "hello", T0, "driver", 0, None, None)]})
+    w.write({"pid": 3, "host": "h", "dropped": 0,
+             "events": [ev.instant_event("user", "evaluator up", T0 + 1000, "driver", 0, None, None)]})
+    for pid, group, method, role, lag, flow0 in ((2, "actor", "update_actor", "actor", 0, 0),
+                                                  (3, "critic", "compute_values", "critic", 5_000_000, 1000)):
+        ctl, work = [], []
+        for s in range(steps):
+            t = T0 + s * 100_000_000 + lag
+            ctl.append(ev.slice_event("step", f"step {s}", t, 90_000_000, "driver", 0, s, None))
+            for k, at in enumerate((1_000_000, 50_000_000)):
+                flow = flow0 + 2 * s + k
+                ctl.append(ev.driver_call_event(method, t + at, 20_000_000, s, method, flow,
+                                                {"group": group, "mode": "DP", "world": 2, "t_dispatched": t + at + 1000}))
+                work += [ev.slice_event("call", method, t + at + 2000, 10_000_000, role, rank, s, method, flow)
+                         for rank in (0, 1)]
+        w.write({"pid": pid, "host": "h", "dropped": 0, "events": ctl})
+        w.write({"pid": pid + 10, "host": "h", "dropped": 0, "events": work})
+    w.close()
+    return spill
+
+
+def test_several_controllers_get_a_track_each_in_the_store_the_export_and_the_report(tmp_path):
+    from rldbg.trace.report import analyse, render
+    out = tmp_path / "trace.json"
+    info = export_spill(_controllers_spill(tmp_path), str(out))
+    conn = schema.open_store(info["store"])
+    procs = {pid: proc for proc, pid in conn.execute("SELECT id, pid FROM processes")}
+    # The first process to call or mark a step keeps track 0; the other's driver-role events, its
+    # instant from before its first call too, are on track 1; the driver's own stay on track 0.
+    assert conn.execute("SELECT role, rank, proc FROM tracks WHERE role = 'driver' ORDER BY rank").fetchall() == [
+        ("driver", 0, procs[2]), ("driver", 1, procs[3])]
+    assert {p: {r for (r,) in conn.execute("SELECT DISTINCT rank FROM events WHERE role = 'driver' AND proc = ?",
+                                           (procs[p],))} for p in (1, 2, 3)} == {1: {0}, 2: {0}, 3: {1}}
+    conn.close()
+    events = json.loads(out.read_text())
+    threads = {e["tid"]: e["args"] for e in events if e.get("name") == "thread_name" and e["pid"] == 1}
+    assert {tid: (a["name"], a["pid"]) for tid, a in threads.items()} == {1: ("driver", 2), 2: ("controller pid 3", 3)}
+    calls = [e for e in events if e.get("cat") == "driver_call" and e["name"] in ("update_actor", "compute_values")]
+    assert {(e["name"], e["tid"], e["args"].get("rank")) for e in calls} == {
+        ("update_actor", 1, None), ("compute_values", 2, 1)}
+    assert {(e["name"], e["tid"]) for e in events if e.get("cat") == "user"} == {("hello", 1), ("evaluator up", 2)}
+    # The report, from the store and from the file imported elsewhere, alike.
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(out, alone / "trace.json")
+    for path in (out, alone / "trace.json"):
+        r = analyse(str(path))
+        assert [(x["rank"], x["pid"]) for x in r["ranks"] if x["role"] == "driver"] == [(0, 2), (1, 3)], path
+        c = r["controller"]
+        # Each one's gaps between its own calls, never from one controller's call to the other's.
+        assert c["largest_gaps"] and all((g["after"], g["before"]) == ("update_actor",) * 2
+                                         for g in c["largest_gaps"]), c
+        [o] = c["others"]
+        assert (o["track"], o["calls"]) == (1, 8) and all(
+            (g["after"], g["before"]) == ("compute_values",) * 2 for g in o["largest_gaps"]), o
+        assert r["time"]["steps"] == 4   # the job's steps are the first controller's
+        assert "controller pid 3 (track 1, 8 call(s)) idle:" in render(r)

@@ -23,6 +23,9 @@ from rldbg.ray_auth import token
 from rldbg.trace.report import analyse_trace
 from rldbg.tui.app import TopApp
 from rldbg.tui.data import LiveSource
+import pytest
+
+pytestmark = pytest.mark.slow   # end to end, as users run it: the last tier (tests/conftest.py)
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -127,3 +130,40 @@ def test_taskrunner_controller_stepper_steps_stragglers_idle(tmp_path, monkeypat
             ("update_actor", "compute_values")]
     assert len(gaps) >= STEPS - 1 and all(g["idle_s"] >= 0.9 * THINK_S for g in gaps), gaps
     assert rep["controller"]["between_calls_s"] >= 0.9 * THINK_S * STEPS
+
+
+def test_sigterm_to_the_driver_writes_the_trace_with_the_taskrunners_calls(tmp_path):
+    # `ray job stop`, SLURM or `timeout` send SIGTERM to main_ppo's driver, which is waiting on the
+    # TaskRunner: the trace is written with the TaskRunner's calls, and the driver exits 143.
+    import signal
+    import threading
+
+    require_entry_point()
+    trace = tmp_path / "out.json.gz"
+    env = program_env(RLDBG_VERL=1, RLDBG_TRACE=trace, RLDBG_HOME=tmp_path / "home", STEPS=100000, THINK_S=0.05,
+                      DASHBOARD_PORT=PORT + 1)
+    prog = subprocess.Popen([sys.executable, str(TESTS / "verl_taskrunner_program.py")], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    lines: list = []
+    reader = threading.Thread(target=lambda: lines.extend(prog.stdout), daemon=True)
+    reader.start()
+    try:
+        until(lambda: any("taskrunner step 4" in line for line in lines), "the TaskRunner's fourth step",
+              limit=2 * WAIT_S, interval=0.5)   # worker groups start first: slow on a busy machine
+        seen = max(int(m) for m in re.findall(r"taskrunner step (\d+)", "".join(lines)))
+        prog.send_signal(signal.SIGTERM)
+        prog.wait(timeout=WAIT_S)
+    finally:
+        if prog.poll() is None:
+            prog.kill()
+            prog.wait()
+    reader.join(timeout=10)
+    out = "".join(lines)
+    assert prog.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert f"rldbg: trace written to {trace}" in out, out[-3000:]
+    # Every step the TaskRunner had finished when the signal came is in it (the trace closes while
+    # the TaskRunner goes on for a moment: later steps may be in it too).
+    _, t = analyse_trace(str(trace))
+    assert [s["step"] for s in t.steps][:seen - 1] == list(range(1, seen))
+    done = sorted((d["step"], d["args"]["group"]) for d in t.driver_calls if d["step"] < seen)
+    assert done == [(n, g) for n in range(1, seen) for g in ("actor", "critic")], done

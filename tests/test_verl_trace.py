@@ -13,6 +13,8 @@ from rldbg.trace.report import analyse, analyse_trace  # noqa: E402
 from trace_processor import TraceProcessor, stats_errors  # noqa: E402
 
 LOOPS = 3
+ROLLOUT_MIB = 32
+MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +36,7 @@ def trace(ray_cluster, tmp_path_factory):
             critic.compute_values(out.union(d))
         assert ray.get(actor.later(0.2)) == [0, 1]     # blocking=False: a list of futures
         actor.offload_cycle()
+        assert actor.rollout_cycle(ROLLOUT_MIB) == [0, 1]
         with pytest.raises(Exception, match="refuses"):
             actor.fail()
         rv.end_step()
@@ -112,11 +115,29 @@ def test_fsdp_offload_helpers_are_transitions(tp):
     rows = tp.query("""select s.name, p.name as role, t.name as thread, extract_arg(s.arg_set_id, 'args.mem_before') as m0,
                        extract_arg(s.arg_set_id, 'args.mem_after') as m1 from slice s
                        join thread_track tt on s.track_id = tt.id join thread t using (utid) join process p using (upid)
-                       where s.category = 'transition' order by s.name, t.name""")
+                       where s.category = 'transition' and s.name like '%fsdp%' order by s.name, t.name""")
     assert [(r["name"], r["role"], r["thread"]) for r in rows] == [
         ("load_fsdp_optimizer", "actor", "rank 0"), ("load_fsdp_optimizer", "actor", "rank 1"),
         ("offload_fsdp_optimizer", "actor", "rank 0"), ("offload_fsdp_optimizer", "actor", "rank 1")]
     assert all(r["m0"] > 0 and r["m1"] > 0 for r in rows)
+
+
+def test_rollout_sleep_and_wake_are_transitions(trace):
+    # VeRL's BaseRollout.resume(tags) / release() on the hybrid worker: one transition each, on
+    # the rank that called it, declaring what moves in the reference trainer's ledger names, with
+    # the memory it took or gave back at its edges (RSS here; the device's used bytes on a GPU).
+    _, t = analyse_trace(trace)
+    rollout = sorted((x for x in t.transitions if x["name"].startswith("rollout_")), key=lambda x: x["ts"])
+    for rank in (0, 1):
+        mine = [x for x in rollout if x["rank"] == rank]
+        assert [(x["name"], x["role"], x["method"]) for x in mine] == [
+            ("rollout_wake", "actor", "rollout_cycle")] * 2 + [("rollout_sleep", "actor", "rollout_cycle")]
+        weights, kv, sleep = (x["args"] for x in mine)
+        assert (weights["loads"], weights["tags"], kv["loads"], kv["tags"], sleep["frees"]) == (
+            ["rollout_weights"], ["weights"], ["kv_cache"], ["kv_cache"], ["rollout_weights", "kv_cache"])
+        assert weights["mem_after"] - weights["mem_before"] >= 0.8 * ROLLOUT_MIB * MiB
+        assert kv["mem_after"] - kv["mem_before"] >= 0.8 * ROLLOUT_MIB * MiB
+        assert sleep["mem_before"] - sleep["mem_after"] >= 0.8 * 2 * ROLLOUT_MIB * MiB
 
 
 def test_healthy_run_names_no_straggler(trace):

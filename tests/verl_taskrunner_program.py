@@ -28,7 +28,8 @@ class TaskRunner:
             groups[role] = RayWorkerGroup(pool, RayClassWithInitArgs(cls=ray.remote(cls)), name_prefix=role)
         data = DataProto.from_dict({"x": torch.arange(32).reshape(8, 4)})
         seen = []
-        for _ in range(steps):
+        for n in range(1, steps + 1):
+            print(f"taskrunner step {n}", flush=True)   # reaches the driver's stdout (log_to_driver)
             out = groups["actor"].update_actor(data)
             time.sleep(think_s)          # the controller's own work between calls
             values = groups["critic"].compute_values(out.union(data))

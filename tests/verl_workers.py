@@ -10,6 +10,29 @@ WORK_S = 0.02   # what every rank spends in a call: real methods take millisecon
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
+from verl.workers.rollout.base import BaseRollout
+
+
+class TensorRollout(BaseRollout):
+    """A rollout as VeRL's BaseRollout defines one (a user's own, beside vLLM's and SGLang's
+    ServerAdapter): resume(tags) brings weights or KV cache back, release() frees both, `mib`
+    MiB each, on `device` (host memory on a CPU)."""
+
+    def __init__(self, mib: int, device: str = "cpu"):
+        self.mib, self.device, self.held = mib, device, {}
+
+    async def resume(self, tags: list[str]):
+        for tag in tags:
+            self.held[tag] = torch.ones(self.mib * 2**18, device=self.device)   # float32, touched
+
+    async def update_weights(self, weights, **kwargs):
+        for _ in weights:
+            pass
+
+    async def release(self):
+        self.held.clear()
+        if self.device != "cpu":
+            torch.cuda.empty_cache()   # as VeRL's sleep does: the device gets the bytes back
 
 
 class ActorWorker(Worker):
@@ -50,6 +73,22 @@ class ActorWorker(Worker):
         opt.step()
         offload_fsdp_optimizer(opt)
         load_fsdp_optimizer(opt, "cpu")
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def rollout_cycle(self, mib: int, device: str = "cpu"):
+        """The hybrid worker's sequence around a weight sync (VeRL's update_weights): wake the
+        weights, then the KV cache, then the rollout goes back to sleep."""
+        import asyncio
+
+        rollout = TensorRollout(mib, device)
+
+        async def cycle():
+            await rollout.resume(tags=["weights"])
+            await rollout.resume(["kv_cache"])
+            await rollout.release()
+
+        asyncio.run(cycle())
         return self.rank
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

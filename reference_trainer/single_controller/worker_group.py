@@ -10,9 +10,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 import rldbg
-from rldbg import instrument, sentinel
-from rldbg.debug import death
-from rldbg.context import current
+from rldbg import instrument
 
 from reference_trainer.single_controller import transport
 from reference_trainer.single_controller.decorator import Registration, registered_methods
@@ -57,7 +55,7 @@ class WorkerGroup:
         return handle
 
     def _call(self, method: str, reg: Registration, args: tuple, kwargs: dict):
-        call = instrument.call_begin(self.role, method, reg.mode.name, self.world_size, current().step)
+        call = instrument.call_begin(self.role, method, reg.mode.name, self.world_size, rldbg.current().step)
         try:
             per_rank, state = reg.mode.dispatch(self.world_size, args, kwargs)
         except Exception as exc:
@@ -103,8 +101,9 @@ class CallFuture:
         """RankDied for the rank whose result `ref` is, recorded in the trace where that rank is."""
         rank = self._ranks[self._refs.index(ref)]
         place = self.group.places[rank] if rank < len(self.group.places) else {}
-        died = RankDied(self.group.role, rank, self.method, self.call.tag.step, _describe_node(place, err),
-                        death.cause(err))
+        dead = rldbg.actor_death(err)
+        died = RankDied(self.group.role, rank, self.method, self.call.tag.step, _describe_node(place, dead),
+                        dead.cause)
         instrument.call_failed(self.call, err)
         rldbg.instant("rank_died", role=died.role, rank=rank, method=died.method, step=died.step,
                       node=died.node, cause=died.cause)
@@ -141,8 +140,8 @@ class CallFuture:
         except ray.exceptions.RayTaskError as err:
             instrument.call_failed(self.call, err)
             cause = getattr(err, "cause", None)
-            if isinstance(cause, sentinel.NonFinite):
-                raise sentinel.NonFinite(*cause.__reduce__()[1]) from None
+            if isinstance(cause, rldbg.NonFinite):
+                raise rldbg.NonFinite(*cause.__reduce__()[1]) from None
             if isinstance(cause, RemoteCallError):
                 raise RemoteCallError(cause.role, cause.rank, cause.method, cause.step, cause.exc_type,
                                       cause.message, cause.remote_traceback) from None
@@ -150,7 +149,7 @@ class CallFuture:
         except ray.exceptions.RayActorError as err:
             instrument.call_failed(self.call, err)
             raise RuntimeError(
-                f"{self.group.role}.{self.method}: a rank's process died ({death.cause(err)}); "
+                f"{self.group.role}.{self.method}: a rank's process died ({rldbg.actor_death(err).cause}); "
                 f"see the Ray logs of that actor"
             ) from err
         except RankDied:
@@ -161,8 +160,8 @@ class CallFuture:
         self._result = self.reg.mode.collect(outputs, self._state)
         if not self.reg.mode.merges_only:
             try:   # what a computing merge made of finite rank outputs (the ranks checked their own)
-                sentinel.check_merged(self.group.role, self.method, self.call.tag.step, self._result)
-            except sentinel.NonFinite as err:
+                rldbg.check_nonfinite(self.group.role, self.method, self.call.tag.step, self._result)
+            except rldbg.NonFinite as err:
                 instrument.call_failed(self.call, err)
                 raise
         self._done = True
@@ -170,9 +169,8 @@ class CallFuture:
         return self._result
 
 
-def _describe_node(place: dict, err) -> str:
-    seen = death.where(err)
-    ip = place.get("ip") or seen.get("ip") or "?"
+def _describe_node(place: dict, dead) -> str:
+    ip = place.get("ip") or dead.ip or "?"
     node = place.get("node_id")
     return f"{ip} ({node[:8]})" if node else ip
 

@@ -32,12 +32,27 @@ def role_shares(t: Trace) -> dict:
 
 
 def controller_idle(t: Trace) -> dict:
+    """How long the controller idles inside steps, and its largest gaps between calls. A job with
+    several controllers (the driver or VeRL's TaskRunner, and an evaluation actor beside it) has
+    each on a track of its own (rldbg.store.tracks): the first one's figures, and under "others"
+    each other one's, by its track (its rank on the driver's process)."""
     windows = _windows(t)
+    by_track = defaultdict(list)
+    for d in t.driver_calls:
+        by_track[d["rank"] if type(d["rank"]) is int else 0].append(d)
+    first = min(by_track, default=0)
+    out = _idle(windows, by_track.pop(first, []))
+    out["others"] = [dict(_idle(windows, calls), track=track, calls=len(calls))
+                     for track, calls in sorted(by_track.items())]
+    return out
+
+
+def _idle(windows: list, driver_calls: list) -> dict:
     total = sum(b - a for a, b in windows)
     steps = Cover(windows)
-    busy = Cover([(d["ts"], d["end"]) for d in t.driver_calls]).of(steps)
+    busy = Cover([(d["ts"], d["end"]) for d in driver_calls]).of(steps)
     gaps = []
-    calls = sorted(t.driver_calls, key=lambda d: d["ts"])
+    calls = sorted(driver_calls, key=lambda d: d["ts"])
     for prev, nxt in zip(calls, calls[1:]):
         # Only the part of a gap inside steps counts: time between steps is not the trainer's.
         idle = steps.within(prev["end"], nxt["ts"])

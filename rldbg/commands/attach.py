@@ -19,8 +19,8 @@ from rldbg.dashboard import DashboardError
 from rldbg.debug.dap import DAPClient, DAPError
 from rldbg.debug.lines import resolve as resolve_line
 from rldbg.debug.registry import RegistryError, listening_workers
-from rldbg.debug.session import BREAK_FORM, Session, parse_break
-from rldbg.debug.workers import TARGET_FORM, TargetError, resolve_target
+from rldbg.debug.terminal import BREAK_FORM, Session, parse_break
+from rldbg.debug.paused_workers import TARGET_FORM, TargetError, resolve_target
 
 HELP = "terminal debugger for a paused or listening worker"
 

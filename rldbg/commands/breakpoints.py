@@ -6,7 +6,7 @@ import sys
 
 from rldbg.control.discovery import cli_dashboard
 from rldbg.dashboard import DashboardError
-from rldbg.debug.workers import list_paused
+from rldbg.debug.paused_workers import list_paused
 
 HELP = "list paused workers (role, rank, method, debugpy address)"
 

@@ -16,8 +16,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     if importlib.util.find_spec("reference_trainer") is None:
-        print("rldbg demo: the reference trainer is not installed (pip install -e . from the rldbg "
-              "checkout)", file=sys.stderr)
+        print("rldbg demo: the reference trainer is not installed: pip install 'rldbg[trainer]'", file=sys.stderr)
         return 2
     cmd = [sys.executable, "-m", "reference_trainer", "--preset", args.preset, *args.overrides]
     return subprocess.call(cmd)

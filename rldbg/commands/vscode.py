@@ -23,7 +23,7 @@ import sysconfig
 from rldbg.control.discovery import cli_dashboard
 from rldbg.dashboard import DashboardError
 from rldbg.debug.registry import ListeningWorker, RegistryError, listening_workers, parse_ranks
-from rldbg.debug.workers import PausedWorker, list_paused
+from rldbg.debug.paused_workers import PausedWorker, list_paused
 
 HELP = "write VS Code launch.json entries for paused or listening workers"
 _GENERATED = re.compile(r"^rldbg: .+ (rank \d+|pid \d+)$")

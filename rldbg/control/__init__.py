@@ -3,7 +3,7 @@
     import rldbg.control
     info = rldbg.control.start()          # after ray.init(); {"url", "token", "job_id", "file"}
     ... train (the seam calls rldbg.control.gate.before_dispatch / after_collect) ...
-    rldbg.control.stop()
+    rldbg.control.stop()                  # rldbg.control.release(why) from a signal handler: a parked gate lets go
 
 Security: the API listens on 127.0.0.1 by default and requires the per-run bearer token
 (random, written to ~/.rldbg/hub-<job_id>-<driver pid>.json with mode 0600, see discovery.py). Pass host="0.0.0.0" only on a
@@ -125,4 +125,10 @@ def _at_exit() -> None:
         pass
 
 
-__all__ = ["start", "stop", "hub_handle", "info", "gate"]
+def release(why: str) -> None:
+    """The driver is stopping (a signal): a step gate parked at a pause returns within about a second
+    and stays open from now on. Safe to call from a signal handler; a no-op without a hub."""
+    gate.release(why)
+
+
+__all__ = ["start", "stop", "release", "hub_handle", "info"]

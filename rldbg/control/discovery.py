@@ -21,6 +21,8 @@ import re
 import socket
 from pathlib import Path
 
+from rldbg import switches
+
 REPR_PREFIX = "rldbg-hub "
 CLASS_NAME = "ControlHub"
 RAY_SESSION_LATEST = "/tmp/ray/session_latest"
@@ -31,7 +33,7 @@ class RunChoiceError(ValueError):
 
 
 def hub_dir() -> Path:
-    return Path(os.environ.get("RLDBG_HOME") or Path(os.environ.get("HOME", "~")).expanduser() / ".rldbg")
+    return Path(os.environ.get(switches.HOME) or Path(os.environ.get("HOME", "~")).expanduser() / ".rldbg")
 
 
 def run_id(job_id: str, pid: int | None = None) -> str:

@@ -3,7 +3,7 @@ breakpoint hits and the driver's progress, and serving them over HTTP to `rldbg 
 
 Named f"rldbg-hub-{job_id}" in namespace "rldbg"; its repr is f"rldbg-hub {url} job={job_id}"
 so a process without Ray finds it through the dashboard alone (/api/v0/actors repr_name).
-The HTTP server (server.py) listens on 127.0.0.1 by default and every request needs the per-run
+The HTTP API (http_api.py) listens on 127.0.0.1 by default and every request needs the per-run
 bearer token; nothing here is reachable from another machine unless `host` says so.
 
 Gate (pause points are BEFORE each dispatch and AFTER each collect of a worker-group call):
@@ -37,7 +37,7 @@ class ControlHub:
                  gate_timeout_s: float = 30.0):
         if gate_timeout_s <= 0:
             raise ValueError(f"gate_timeout_s={gate_timeout_s!r} must be > 0")
-        from rldbg.control.server import serve
+        from rldbg.control.http_api import serve
 
         self.job_id = job_id
         self.timeout_s = float(gate_timeout_s)

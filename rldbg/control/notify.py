@@ -2,7 +2,7 @@
 "breakpoints.paused"/"hits"). Fire-and-forget: never blocks or fails the paused call, and costs
 one failed name lookup every RETRY_S when no hub runs.
 
-The lead wires these into rldbg.debug.breakpoints._pause (see the control report). The handle is
+rldbg.debug.breakpoints calls these around each pause and debugger stop. The handle is
 cached for the process's life: a hub restarted in the same job is not seen by a worker that
 already found the old one (its notes go nowhere; nothing fails)."""
 from __future__ import annotations

@@ -20,12 +20,13 @@ import time
 import traceback as _tb
 
 from rldbg.context import current
-from rldbg.debug import listener
+from rldbg.debug import debugpy_port
 from rldbg.debug.specs import Spec, SpecSet, from_env, matches
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import instant_event
 
-POST_MORTEM_ENV = "RLDBG_POST_MORTEM"
+from rldbg.switches import BREAKPOINTS, RAY_POST_MORTEM
+from rldbg.switches import POST_MORTEM as POST_MORTEM_ENV
 
 # Frames we step out of to reach the user's code.
 _INTERNAL_MODULES = ("rldbg.api", "rldbg.instrument", "rldbg.debug.", "contextlib")
@@ -116,10 +117,10 @@ def _record(frame, reason: str, extra: dict) -> dict:
 
 
 def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
-    if listener.ray_worker() is None:
+    if debugpy_port.ray_worker() is None:
         _pause_without_ray(frame, reason)
         return
-    host, port = listener.ensure_listening()
+    host, port = debugpy_port.ensure_listening()
     entry = _record(frame, reason, {"host": host, "port": port, "spec": spec.text if spec else None})
     with _lock:
         _hits.append(entry)
@@ -128,7 +129,7 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
     where = f"{entry['file']}:{entry['line']}"
     who = f"{entry['role']} rank {entry['rank']}" + (f" step {entry['step']}" if entry["step"] is not None else "")
     try:
-        listener.wait_for_client(
+        debugpy_port.wait_for_client(
             f"rldbg: {reason} in {who} at {where}; waiting for a debugger on {host}:{port} "
             f"(rldbg attach {host}:{port}, or VS Code's Ray Distributed Debugger)"
         )
@@ -137,10 +138,10 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
             _paused.pop(entry["thread"], None)
         _notify("notify_resume", entry)
     if exc_info is not None:
-        listener.stop_on_exception(exc_info)
+        debugpy_port.stop_on_exception(exc_info)
     else:
         _own_stop.frame = frame  # already recorded above; listen mode must not count it again
-        listener.stop_in(frame)
+        debugpy_port.stop_in(frame)
 
 
 # --- stops that did not come through rldbg.breakpoint() ----------------------------
@@ -211,19 +212,19 @@ def set_active_specs(specs) -> None:
 
 def _env_specs() -> list[Spec]:
     global _env_cache
-    raw = os.environ.get("RLDBG_BREAKPOINTS", "")
+    raw = os.environ.get(BREAKPOINTS, "")
     if raw != _env_cache[0]:
         # A bad env spec must not kill a training run: warn once, skip the specs.
         try:
             _env_cache = (raw, from_env())
         except ValueError as e:
-            print(f"rldbg: ignoring RLDBG_BREAKPOINTS: {e}", file=sys.stderr)
+            print(f"rldbg: ignoring {BREAKPOINTS}: {e}", file=sys.stderr)
             _env_cache = (raw, [])
     return _env_cache[1]
 
 
 def match_method_entry(role: str, rank: int, method: str, step: int | None) -> Spec | None:
-    if not _active and not os.environ.get("RLDBG_BREAKPOINTS"):
+    if not _active and not os.environ.get(BREAKPOINTS):
         return None  # the common case costs two lookups
     found = _active.match(role, rank, step, method)
     if found is None:
@@ -245,7 +246,7 @@ def check_method_entry(role: str, rank: int, method: str, step: int | None = Non
 # --- post-mortem --------------------------------------------------------------
 def post_mortem_enabled() -> bool:
     """RAY_DEBUG_POST_MORTEM=1 (Ray's switch) or RLDBG_POST_MORTEM=1."""
-    return os.environ.get("RAY_DEBUG_POST_MORTEM") == "1" or os.environ.get(POST_MORTEM_ENV) == "1"
+    return os.environ.get(RAY_POST_MORTEM) == "1" or os.environ.get(POST_MORTEM_ENV) == "1"
 
 
 def post_mortem(exc: BaseException) -> bool:
@@ -254,9 +255,9 @@ def post_mortem(exc: BaseException) -> bool:
     Ray pauses by itself once the exception leaves the task, so rldbg leaves it to
     Ray rather than pausing twice; RLDBG_POST_MORTEM=1 pauses here, with role, rank
     and method recorded."""
-    if os.environ.get(POST_MORTEM_ENV) != "1" or os.environ.get("RAY_DEBUG_POST_MORTEM") == "1":
+    if os.environ.get(POST_MORTEM_ENV) != "1" or os.environ.get(RAY_POST_MORTEM) == "1":
         return False
-    if listener.ray_worker() is None:
+    if debugpy_port.ray_worker() is None:
         return False
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:

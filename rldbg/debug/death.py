@@ -8,12 +8,13 @@ same to it: the connection just ends).
 
 A call to an actor whose process or node just went away often fails first with "unavailable" (no
 cause yet): settle() waits for Ray's verdict. A surviving rank's collective can fail before Ray
-reports its peer's death at all (gloo: "Connection closed by peer"): peer_lost() reads such an echo
-and first_dead() finds the peer Ray declares dead, the one to name.
+reports its peer's death at all (gloo: "Connection closed by peer"): reading such an echo belongs
+to the dispatch layer that runs the collective, which then asks actor_death() about each peer.
 """
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 _DETAIL = re.compile(r"Worker exit detail:\s*(.+?)(?:\n|$)")
 _SIGNAL = re.compile(r"receives? a (SIG[A-Z]+)")
@@ -103,35 +104,18 @@ def where(err: BaseException) -> dict:
     return out
 
 
-# What a surviving rank's collective raises when a peer's process or node went away first (gloo,
-# NCCL, a TCP store): the peer's death is the cause, this error only its echo.
-_PEER_LOST = re.compile(r"closed by peer|reset by peer|broken pipe|connection (?:closed|reset|refused)"
-                        r"|remote (?:process|worker|peer)|socket timeout|ncclRemoteError", re.IGNORECASE)
+class ActorDeath(NamedTuple):
+    """Why Ray says an actor died: `cause` in a few words, the `ip` and `pid` Ray named (None where
+    its message gives none), and `error`, Ray's settled RayActorError."""
+    cause: str
+    ip: str | None
+    pid: int | None
+    error: BaseException
 
 
-def peer_lost(message: str) -> bool:
-    """True when an error a rank raised reads like a peer of its collective having gone away."""
-    return bool(_PEER_LOST.search(message or ""))
-
-
-def first_dead(handles: list, timeout: float) -> tuple[int, BaseException] | None:
-    """(index, Ray's RayActorError) of an actor among `handles` that Ray reports dead, asking each one
-    a no-op; None when all answer or `timeout` s pass first. A lost node's actors are declared dead
-    only once Ray notices the node is gone (its health checks: seconds), hence the wait."""
-    import time
-
-    import ray
-
-    refs = [h.__ray_ready__.remote() for h in handles]
-    index = {ref: i for i, ref in enumerate(refs)}
-    pending, deadline = list(refs), time.monotonic() + timeout
-    while pending and (left := deadline - time.monotonic()) > 0:
-        done, pending = ray.wait(pending, num_returns=1, timeout=left)
-        for ref in done:
-            try:
-                ray.get(ref)
-            except ray.exceptions.RayActorError as err:
-                return index[ref], settle(err, max(0.0, deadline - time.monotonic()))
-            except Exception:  # noqa: BLE001 - alive but odd: not the dead peer we look for
-                pass
-    return None
+def actor_death(err: BaseException, timeout: float | None = None) -> ActorDeath:
+    """Ray's verdict on the actor behind `err` (a RayActorError a call raised): waits up to `timeout`
+    s (default SETTLE_S) when Ray could only call it unavailable so far (settle)."""
+    settled = settle(err, timeout)
+    seen = {**where(err), **where(settled)}
+    return ActorDeath(cause(settled), seen.get("ip"), seen.get("pid"), settled)

@@ -17,7 +17,7 @@ resolve() turns the line a user points at into the line they mean:
 Which lines run comes from the compiler itself (each code object's co_lines()); functions
 and their headers come from the ast. Every way rldbg sets a file:line breakpoint goes
 through here: `rldbg attach --break`, its `b` command, and any DAP client (VS Code) talking
-to a worker rldbg opened the debugger of (rldbg.debug.listener installs the hook below).
+to a worker rldbg opened the debugger of (rldbg.debug.debugpy_port installs the hook below).
 """
 from __future__ import annotations
 

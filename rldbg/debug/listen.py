@@ -1,4 +1,5 @@
-"""Debug mode: workers of chosen roles listen for a debugger from start-up, without pausing.
+"""Debug mode: workers of chosen roles listen for a debugger from start-up, without pausing
+(the port itself, and pausing at a breakpoint, are debugpy_port.py).
 
     RLDBG_LISTEN_ROLES=actor,critic   roles whose workers listen ("*": all roles)
     RLDBG_LISTEN_RANKS=1              optional: only these ranks (1, 0,1, 0|1, 0-3)
@@ -20,7 +21,7 @@ In a listening worker:
     the trace.
 
 Security: debugpy has no authentication; anyone who reaches the port runs code in the
-worker. The listener binds 127.0.0.1 unless RLDBG_DEBUG_ALLOW_REMOTE=1 (listener.py).
+worker. The listener binds 127.0.0.1 unless RLDBG_DEBUG_ALLOW_REMOTE=1 (debugpy_port.py).
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ import time
 
 from rldbg.debug.registry import key_for, parse_ranks, put
 
-ROLES_ENV = "RLDBG_LISTEN_ROLES"
-RANKS_ENV = "RLDBG_LISTEN_RANKS"
+from rldbg.switches import LISTEN_RANKS as RANKS_ENV
+from rldbg.switches import LISTEN_ROLES as ROLES_ENV
 
 _state: dict = {"entry": None}
 
@@ -90,9 +91,9 @@ def maybe_listen(roles, rank: int, world: int) -> dict | None:
 def _listen(roles: list[str], rank: int, world: int) -> dict:
     import ray
 
-    from rldbg.debug import listener
+    from rldbg.debug import debugpy_port
 
-    host, port = listener.ensure_listening()  # 127.0.0.1 unless allowed; sets Ray's debugger_port
+    host, port = debugpy_port.ensure_listening()  # 127.0.0.1 unless allowed; sets Ray's debugger_port
     from ray.util import debugpy as ray_debugpy
     ray_debugpy._override_breakpoint_hooks()  # debugpy takes over breakpoint(); give it back to Ray
     ctx = ray.get_runtime_context()
@@ -188,7 +189,7 @@ def _on_suspend(thread, frame):
         entry = bp.record_external_stop(frame, f"dap {reason}", thread.ident)
     pause = None
     try:
-        from rldbg.debug.listener import ray_worker
+        from rldbg.debug.debugpy_port import ray_worker
         worker = ray_worker()
         if worker is not None:
             pause = worker.worker_paused_by_debugger()

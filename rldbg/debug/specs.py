@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 
 FORM = "ROLE.METHOD[@rank=R[,R...]][,step=S][,when=EXPR]  (e.g. actor.update_actor@rank=1,step=3)"
-ENV_VAR = "RLDBG_BREAKPOINTS"
+from rldbg.switches import BREAKPOINTS as ENV_VAR
 
 _NAME = re.compile(r"^[A-Za-z_*?\[\]][\w*?\[\]+\-]*$")
 _FILE_LINE = re.compile(r"^[^@]*\.pyw?:\d+(:.*)?$")

@@ -7,10 +7,12 @@ import os
 import sys
 import time
 
-REPORT_AFTER_S = float(os.environ.get("RLDBG_WAIT_REPORT_S", "5"))
+from rldbg.switches import HANG_REPORT_S, WAIT_REPORT_S
+
+REPORT_AFTER_S = float(os.environ.get(WAIT_REPORT_S, "5"))
 # After this long a call that is not paused at a breakpoint looks hung: read the group's stacks
 # once and say which ranks sit in a collective and which one is elsewhere.
-HANG_AFTER_S = float(os.environ.get("RLDBG_HANG_REPORT_S", "60"))
+HANG_AFTER_S = float(os.environ.get(HANG_REPORT_S, "60"))
 _last_check = 0.0
 _reported: set = set()
 _explained: set = set()
@@ -41,7 +43,7 @@ def report(group: str, method: str, flow_id: int, waited_s: float) -> list[str]:
         return []
     try:
         from rldbg.dashboard import Dashboard
-        from rldbg.debug.workers import list_paused
+        from rldbg.debug.paused_workers import list_paused
 
         paused = list_paused(Dashboard(address, timeout=3))
     except Exception:

@@ -19,8 +19,8 @@ import re
 import sys
 
 from rldbg.context import current
+from rldbg.switches import CUDA_MEMORY_SNAPSHOT as ENV
 
-ENV = "RLDBG_CUDA_MEMORY_SNAPSHOT"
 MAX_ENTRIES = 100_000   # allocator events kept; bounds host memory of the history
 _state = {"recording": False, "noticed": False}
 _seq = itertools.count()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rldbg.environ import env as _env   # read on every worker call: cheap when unset
 
-ENV = "RLDBG_PROFILE"
+from rldbg.switches import PROFILE as ENV
 KEYS = ("roles", "ranks", "steps", "methods", "dir", "run")
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 _RUN = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")   # a directory name: no '/', no leading '.'

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from rldbg.extras import MissingExtra, check
 from rldbg.profilers.merge import find_traces
 
 PLUGIN_API = "/data/plugin/pytorch_profiler"
@@ -52,6 +53,10 @@ def start(logdir: str, port: int = 0, host: str = "127.0.0.1") -> tuple[subproce
     """Start `tensorboard` as a child process; returns (process, base URL). port 0 picks a free one."""
     if not 0 <= port < 65536:
         raise TensorBoardError(f"bad port {port}: expected 1-65535, or 0 for a free port")
+    try:
+        check(("tensorboard", "torch_tb_profiler"), "TensorBoard with its profiler view", "tensorboard")
+    except MissingExtra as e:
+        raise TensorBoardError(str(e)) from None
     port = port or free_port(host)
     cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", os.path.abspath(logdir),
            "--host", host, "--port", str(port)]

@@ -22,6 +22,7 @@ import json
 import os
 import time
 
+from rldbg.extras import need
 from rldbg.profilers.spec import from_env
 
 ANNOTATION_PREFIX = "rldbg:"
@@ -34,6 +35,7 @@ def profile_call(role: str, rank: int, method: str, step):
     spec = from_env()
     if spec is None or not spec.selects(role, rank, method, step):
         return contextlib.nullcontext()
+    need("torch", f"profiling {role}.{method} (RLDBG_PROFILE selects it)", "torch")
     return _profiled(spec, role, rank, method, step)
 
 

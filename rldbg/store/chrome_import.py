@@ -98,8 +98,9 @@ def _tracks(conn, meta: list, names: dict) -> None:
                            (f"{role}/{tid}", _plain(a.get("pid")), _plain(a.get("host")),
                             str(a.get("node_id") or "") if "node_id" in a else None, str(a.get("node_ip") or ""),
                             _plain(a.get("clock_offset_ns")), _plain(a.get("clock_uncertainty_ns"))))
+        # the driver's process: one track per controller (tid = its track + 1; rldbg.store.tracks)
         conn.execute("INSERT INTO tracks (role, rank, proc) VALUES (?,?,?)",
-                     (role, 0 if role == "driver" else tid - 1, cur.lastrowid))
+                     (role, tid - 1 if type(tid) is int else 0, cur.lastrowid))
 
 
 def _slices(events, names: dict, odd: dict) -> list:
@@ -143,7 +144,7 @@ def _instants(conn, events: list, names: dict) -> list:
             continue
         role = _role_of_pid(names, e.get("pid")) or "driver"
         tid = e.get("tid")
-        rank = tid - 1 if type(tid) is int and role != "driver" else 0
+        rank = tid - 1 if type(tid) is int else 0   # the driver's tid: its controller's track + 1
         role, rank, step = _plain(a.get("role", role)), _plain(a.get("rank", rank)), _plain(a.get("step"))
         rows.append(("i", "rldbg", name, _ns(e["ts"]), 0, role, rank, step, None, None, args_json(a) if a else None))
     return rows

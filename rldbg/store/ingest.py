@@ -1,10 +1,13 @@
 """A run's spill (rldbg.trace.spill) into its store (rldbg.store.schema), once, when the trace
 stops: off the recording path, which only ever appends msgpack to the spill.
 
-What the exporter's first pass learns (rldbg.trace.export.Tracks: tracks in first-seen order,
-each process's best clock estimate, drops, the trace's origin) is learnt on the same read and
-kept in the store's processes and tracks tables, so that the export and the report never read
-the spill again. The spill's damage tolerance is the spill reader's: `damage` receives what it
+What the export needs besides the events (rldbg.store.tracks.Tracks: tracks in first-seen order,
+each process's best clock estimate, drops, the trace's origin, the controllers) is learnt on the
+same read and kept in the store's processes and tracks tables, so that the export and the report
+never read the spill again. A controller beside the first (an evaluation actor beside VeRL's
+TaskRunner) has its driver-role events on its own track: their rank is that track in the store,
+as in the export and in an export imported back, so that each controller's calls, steps and idle
+time are told apart by every reader alike. The spill's damage tolerance is the spill reader's: `damage` receives what it
 skipped.
 """
 from __future__ import annotations
@@ -66,10 +69,21 @@ def from_spill(spill_dir: str, db_path: str, damage: list | None = None,
         if rows:
             _insert(conn, rows)
     idx.finish(align=True)
+    _controller_tracks(conn, idx, procs)
     _write_index(conn, idx, procs, meta, spill_dir)
     schema.put(conn, "exported_to", exported_to)
     schema.finish(conn)
     return conn
+
+
+def _controller_tracks(conn, idx: Tracks, procs: dict) -> None:
+    """Each controller beside the first: its driver-role events on its track (rank = track). Set
+    once the spill is read, not as it goes in: a process is known to be a controller from its first
+    driver call or step, and its driver-role events before that move too. A run with one
+    controller (nearly every run) changes nothing here."""
+    for key, track in idx.controllers.items():
+        if track:
+            conn.execute("UPDATE events SET rank = ? WHERE proc = ? AND role = 'driver'", (track, procs[key]))
 
 
 def _write_index(conn, idx: Tracks, procs: dict, meta: dict, source: str) -> None:

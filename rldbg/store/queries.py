@@ -51,12 +51,14 @@ def read(conn: sqlite3.Connection, path: str = "") -> Trace:
         _slices(conn, t, odd)
         odd_samples = _counters(conn, t) + (schema.get(conn, "odd_samples") or 0)
         _instants(conn, t)
-    t.ranks = sorted(({"role": role, "rank": 0 if role == "driver" else rank, "node": str(node or ""),
+    # The driver's process has a track per controller: its rank is the track (rldbg.store.tracks).
+    t.ranks = sorted(({"role": role, "rank": rank, "node": str(node or ""),
                        "ip": str(ip or ""), "pid": pid} for role, rank, node, ip, pid in conn.execute(_RANKS)),
                      key=lambda r: (r["role"] != "driver", r["role"], r["rank"]))
     t.start = schema.get(conn, "start") or {}
     t.dropped_total = schema.get(conn, "dropped_total") or 0
     t.notes = list(schema.get(conn, "notes") or []) + odd_notes(odd, odd_samples)
+    _one_controllers_steps(t)
     _close_open_steps(t)
     _number_after_the_fact(t)
     return t
@@ -144,6 +146,21 @@ def _instants(conn, t: Trace) -> None:
         t.instants.append({"name": name, "ts": ts + shift[proc], "role": role, "rank": rank,
                            "args": dict(args_of(text), role=role, rank=rank, step=step)})
     t.instants.sort(key=lambda e: e["ts"])   # stable: arrival order among equal times
+
+
+def _one_controllers_steps(t: Trace) -> None:
+    """A job's steps are one controller's. With several (an evaluation actor beside VeRL's
+    TaskRunner learns steps from its own call order too), each has its track on the driver's
+    process (rldbg.store.tracks) and the steps kept are the first track's that marks any."""
+    def track(r) -> int:
+        return r if type(r) is int else 0
+    tracks = {track(s["rank"]) for s in t.steps} | {
+        track(e["args"].get("rank")) for e in t.instants if e["name"] == STEP_START}
+    if len(tracks) < 2:
+        return
+    keep = min(tracks)
+    t.steps = [s for s in t.steps if track(s["rank"]) == keep]
+    t.instants = [e for e in t.instants if e["name"] != STEP_START or track(e["args"].get("rank")) == keep]
 
 
 def _close_open_steps(t: Trace) -> None:

@@ -6,7 +6,9 @@ events     one row per event, the 11 fields of rldbg.trace.events plus `seq` (ar
            text of the event's args (rldbg.trace.chrome_text.args_json: the bytes the Perfetto
            export writes), NULL for none. name, role, rank, step, method and flow are stored as
            they came (no column type, so no conversion): a value of a type rldbg never writes is
-           still seen as such by the report, which skips and counts it.
+           still seen as such by the report, which skips and counts it. One exception: the
+           driver-role events of a controller beside the first carry its track as their rank
+           (rldbg.store.ingest), as the export lays them out.
 processes  one row per process that sent events ("host:pid"): where it ran, its best clock
            estimate, the events it dropped before shipping, its first timestamp, and `shift`
            (its clock offset less the trace's origin, ns).

@@ -1,7 +1,8 @@
 """What a store knows of a run besides its events, and the export needs: the tracks in first-seen
 order (the export's pids and tids), the time origin, which process (node, clock) stands behind each
-role/rank, each process's best clock offset estimate, drops, and the rank slices that end each
-driver call. Learnt a batch at a time from a spill as it goes into the store (see():
+role/rank, each process's best clock offset estimate, drops, the rank slices that end each driver
+call, and the controllers (each process that makes driver calls or marks steps: a track each on
+the driver's process). Learnt a batch at a time from a spill as it goes into the store (see():
 rldbg.store.ingest), kept in the store's processes and tracks tables, read back from them
 (from_store(): rldbg.trace.export).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 from operator import itemgetter
 
 from rldbg.trace.clock import batch_offset, uncertainty
+from rldbg.trace.events import DRIVER_CALL
 
 _TS, _ROLE_RANK = itemgetter(3), itemgetter(5, 6)
 
@@ -39,6 +41,11 @@ class Tracks:
         self.offsets: dict[str, int] = {}         # "host:pid" -> ns to add to its timestamps
         self.n = 0
         self.slots: dict[tuple, int] = {}         # (role, rank) -> its place in bind ids (finish())
+        # "host:pid" -> its controller track, for each process that made driver calls or marked
+        # steps (the driver, VeRL's TaskRunner, an evaluation actor), in the order first seen:
+        # track 0 is "driver", the others "controller pid N" (the store keeps their driver-role
+        # events on that track: rldbg.store.ingest).
+        self.controllers: dict[str, int] = {}
 
     def see(self, meta: dict, evs) -> None:
         """One batch of a spill."""
@@ -49,7 +56,11 @@ class Tracks:
             if key not in self.first or ts < self.first[key]:
                 self.first[key] = ts
             known = key in self.procs
-            for role, rank in dict.fromkeys(map(_ROLE_RANK, evs)):   # first-seen order: stable pids
+            role_ranks = dict.fromkeys(map(_ROLE_RANK, evs))
+            if ("driver", 0) in role_ranks and key not in self.controllers and any(
+                    ev[0] == DRIVER_CALL or ev[1] == "step" for ev in evs):
+                self.controllers[key] = len(self.controllers)
+            for role, rank in role_ranks:   # first-seen order: stable pids
                 if known:
                     self.rank_proc[(role, rank)] = key
                 if role not in self.roles:
@@ -107,6 +118,9 @@ class Tracks:
         """One offset per process, its best estimate (smallest round trip): the same shift for all
         its events keeps its spans nested (a clock drifting during the run is not followed)."""
         self.offsets = {k: (p["clock_offset_ns"] or 0) if align else 0 for k, p in self.procs.items()}
+        for key, track in self.controllers.items():
+            self.ranks["driver"].add(track)
+            self.rank_proc[("driver", track)] = key
         for key, ts in self.first.items():
             ts += self.offsets.get(key, 0)
             if self.origin == 0 or ts < self.origin:

@@ -2,8 +2,9 @@
 
 Layout (Perfetto pitfalls in /work/shared/FACTS.md): one process per role with small int pids
 and process_name metadata (the driver is pid 1), one thread per rank (tid = rank + 1, named
-"rank N"); counters are per-process tracks named "rank N <counter> <series>". Timestamps are
-integer ns relative to the origin, written as exact 3-decimal µs. Each driver call becomes
+"rank N"; in the driver's process one per controller: "driver", then "controller pid N");
+counters are per-process tracks named "rank N <counter> <series>". Timestamps are integer ns
+relative to the origin, written as exact 3-decimal µs. Each driver call becomes
 call > dispatch > send→rank i, call > wait > recv←rank i, and the flow for rank i runs
 send → the rank's slice → recv with flow v2 (one bind_id per call and rank, flow_in+flow_out on
 the rank slice). A slice's args are its own then the layout's role/rank/step/method it lacks
@@ -193,8 +194,11 @@ class Formatter:
         driver calls per step, seven slices or more each: with a call to us() per time and names
         encoded every time they were a third of the formatting time of a run-shaped spill
         (bench/run_shaped.py), 29 µs a call here; times written inline, 21 µs."""
-        _, _, _, ts, dur, _, _, stp, method, flow, args = raw
+        _, _, _, ts, dur, _, track, stp, method, flow, args = raw
         idx, r3, j, name = self.idx, _R3, args_json, self._name_json
+        # A controller beside the first (rldbg.store.tracks.Tracks.controllers) has a track of its
+        # own in the driver's process (the store's rank), and says which on the call's slice.
+        D = _DRIVER if not track else _DRIVER.replace('"tid":1,', f'"tid":{int(track) + 1},')
         ts += off
         o = idx.origin
         end, world = ts + dur, int(args.get("world") or 0)
@@ -204,14 +208,17 @@ class Formatter:
         # The args all of the call's slices share: {"role": "driver", "group", "method", "step", "flow"}.
         base = j({"role": "driver", "group": args.get("group"), "method": method, "step": stp, "flow": flow})
         head = base[:-1]
-        more = j({"mode": args.get("mode"), "world": world, "status": args.get("status"),
-                  "error": args.get("error"), "result": args.get("result")})
+        more = {"mode": args.get("mode"), "world": world, "status": args.get("status"),
+                "error": args.get("error"), "result": args.get("result")}
+        if track:
+            more["rank"] = track
+        more = j(more)
         q, r = divmod(ts - o, 1000)
         start = f"{q}.{r3[r]}"
         q, r = divmod(dur, 1000)
-        put(f'{_DRIVER}{name(method)},"ts":"{start}","dur":"{q}.{r3[r]}","args":{head},{more[1:]}}}')
+        put(f'{D}{name(method)},"ts":"{start}","dur":"{q}.{r3[r]}","args":{head},{more[1:]}}}')
         q, r = divmod(t_disp - ts, 1000)
-        put(f'{_DRIVER}"dispatch","ts":"{start}","dur":"{q}.{r3[r]}","args":{base}}}')
+        put(f'{D}"dispatch","ts":"{start}","dur":"{q}.{r3[r]}","args":{base}}}')
         shards = args.get("shards") or []
         roles_of = {r: ro for (ro, r) in ends}
         n = max(world, len(roles_of), 1)
@@ -220,16 +227,16 @@ class Formatter:
         sdur = f'","dur":"{q}.{r3[r]}","args":{head},"rank":'
         for i in range(n):
             q, r = divmod(ts + i * step_ns - o, 1000)
-            line = (f'{_DRIVER}"send → rank {i}","ts":"{q}.{r3[r]}{sdur}{i},"shard":'
+            line = (f'{D}"send → rank {i}","ts":"{q}.{r3[r]}{sdur}{i},"shard":'
                     f'{j(shards[i]) if i < len(shards) else "null"}}}')
             fid = idx.bind_id(flow, roles_of[i], i) if i in roles_of else None
             put(f'{line},"bind_id":{fid},"flow_out":true}}' if fid is not None else line + "}")
         q, r = divmod(t_disp - o, 1000)
         q2, r2 = divmod(end - t_disp, 1000)
-        put(f'{_DRIVER}"wait","ts":"{q}.{r3[r]}","dur":"{q2}.{r3[r2]}","args":{base}}}')
+        put(f'{D}"wait","ts":"{q}.{r3[r]}","dur":"{q2}.{r3[r2]}","args":{base}}}')
         for (ro, r), t in sorted(ends.items(), key=_second):
             q, rr = divmod(min(max(t, t_disp), end) - o, 1000)
-            line = (f'{_DRIVER}"recv ← rank {r}","ts":"{q}.{r3[rr]}","dur":"0.000",'
+            line = (f'{D}"recv ← rank {r}","ts":"{q}.{r3[rr]}","dur":"0.000",'
                     f'"args":{head},"rank":{r},"role_served":{name(ro)}}}')   # r: an int (spill._check)
             fid = idx.bind_id(flow, ro, r)
             put(f'{line},"bind_id":{fid},"flow_in":true}}' if fid is not None else line + "}")

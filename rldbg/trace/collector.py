@@ -117,8 +117,9 @@ class Collector:
             t = dict(meta["trigger"])
             self.dumps.request(str(t.pop("reason", "trigger")), t.pop("step", None), t, self._live())
         self.dumps.tick(self._live())
-        want = self.dumps.wanted(key)
-        return [n, want] if want else n
+        # With the answer, the job's newest step: a process with no steps of its own files its
+        # samples under it (rldbg.trace.window.Ring).
+        return [n, self.dumps.wanted(key), self.dumps.newest_step]
 
     def _live(self) -> set:
         since = time.time_ns() - int(LIVE_S * 1e9)

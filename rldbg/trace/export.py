@@ -7,6 +7,10 @@ driver call) is in the store's tables and one query (Tracks.from_store); the eve
 read in arrival order and each one's text written by rldbg.trace.chrome_text, which also holds
 the layout: pids, tids, counter tracks, flows.
 
+Controllers: each process that makes driver calls or marks steps has a track of its own on the
+driver's process, in the order first seen: "driver", then "controller pid N" (the store holds
+their driver-role events on that track: rldbg.store.ingest).
+
 Nodes and clocks: each rank's thread_name metadata carries the process behind it (pid, host,
 node_id, node_ip, its clock offset and uncertainty) and its call slices carry node/ip; a process
 serving several roles appears under each. All of a process's timestamps are shifted by its best
@@ -134,7 +138,8 @@ def write_trace(out_path: str, idx: Tracks, align_clocks: bool, extra, events) -
         for role, pid in idx.roles.items():
             put({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": role}})
             for rank in sorted(idx.ranks.get(role, ())):
-                tname = "driver" if role == "driver" else f"rank {rank}"
+                tname = f"rank {rank}" if role != "driver" else "driver" if rank == 0 else (
+                    f"controller pid {_where(idx, role, rank).get('pid', '?')}")
                 put({"ph": "M", "pid": pid, "tid": rank + 1, "name": "thread_name",
                      "args": dict(_where(idx, role, rank), name=tname)})
         put({"ph": "i", "s": "g", "pid": 1, "tid": 1, "name": "rldbg trace start", "ts": "0.000",

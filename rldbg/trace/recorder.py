@@ -245,7 +245,10 @@ class Shipper:
                     meta["trigger"] = trigger
                 self.answer = None
                 self._send(meta, b"")
-                asked = self.answer[1] if isinstance(self.answer, (list, tuple)) and len(self.answer) == 2 else None
+                got = self.answer if isinstance(self.answer, (list, tuple)) else ()
+                asked = got[1] if len(got) >= 2 else None
+                if len(got) >= 3 and (got[2] is None or type(got[2]) is int):
+                    ring.job_step = got[2]
                 if isinstance(asked, dict) and asked.get("dump") is not None:
                     self._hand_over(ring, asked)
             except Exception:

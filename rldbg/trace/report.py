@@ -86,6 +86,13 @@ def render(r: dict) -> str:
               f"{c['between_calls_s']:.3f} s between calls"]
     for g in c["largest_gaps"][:3]:
         lines.append(f"  {g['idle_s'] * 1e3:8.1f} ms after {g['after']} before {g['before']} (step {g['step']})")
+    pids = {x["rank"]: x["pid"] for x in r.get("ranks") or () if x["role"] == "driver"}
+    for o in c.get("others") or ():
+        lines.append(f"controller pid {pids.get(o['track'], '?')} (track {o['track']}, {o['calls']} call(s)) idle: "
+                     f"{o['idle_s']:.3f} s ({o['idle_share'] * 100:.1f}% of step time), "
+                     f"{o['between_calls_s']:.3f} s between calls")
+        for g in o["largest_gaps"][:3]:
+            lines.append(f"  {g['idle_s'] * 1e3:8.1f} ms after {g['after']} before {g['before']} (step {g['step']})")
     lines += ["", "rank skew (mean max/min per call):"]
     lines += [f"  {s['role']}.{s['method']}: {s['mean_max_over_min']}x over {s['calls']} call(s)" for s in r["skew"]]
     for s in r["stragglers"]:

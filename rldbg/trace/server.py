@@ -26,10 +26,11 @@ import secrets
 import socket
 import threading
 
+from rldbg import switches
 from rldbg.trace import wire
 from rldbg.trace.background import lower_this_thread
 
-HOST_ENV = "RLDBG_TRACE_HOST"   # the address the collector listens on (default: the driver node's Ray IP)
+HOST_ENV = switches.TRACE_HOST   # the address the collector listens on (default: the driver node's Ray IP)
 HELLO_TIMEOUT_S = 10.0          # a peer that connects and says nothing is dropped after this
 QUERIES = ("ingest", "clock", "config", "stats", "events_since", "dump", "dump_status")   # what a peer may ask
 

@@ -140,6 +140,9 @@ def dump(reason: str = "manual", wait_s: float = 0.0, **detail) -> dict | None:
     collector = _session.get("collector")
     if collector is None:
         return None
+    shipper = runtime.STATE.shipper
+    if collector.dumps is not None and shipper is not None:
+        shipper.flush()   # what this driver recorded up to now, its newest step above all, reaches the collector first
     st = collector.dump(reason, detail)
     return wait_dump(st["id"], wait_s) if wait_s > 0 else st
 

@@ -106,22 +106,35 @@ class StepFilter:
         return out
 
 
+# However fast the steps, a ring keeps its last seconds too: a process hears of a dump one heartbeat
+# round (flush_interval) or more after the trigger and may have trained many short steps meanwhile.
+MARGIN_NS = 5_000_000_000
+
+
 class Ring:
     """The flight recorder: the last steps of this process, in memory, bounded; nothing is shipped
     until a dump takes a window of `n` steps (which stays: a later dump takes it again). It keeps
-    2n steps: processes hear of a dump up to a heartbeat round apart, each having trained on a
-    little, and every one of them must still hold the n steps that end at the dump's step."""
+    2n steps, and at least the last MARGIN_NS of events: processes hear of a dump up to a heartbeat
+    round apart, each having trained on a little, and every one of them must still hold the n steps
+    that end at the dump's step.
+
+    A process that makes no calls of its own (the Ray driver while VeRL's TaskRunner actor drives
+    the loop) learns the job's newest step from the collector's answers (`job_step`) and files its
+    step-less events (memory samples) under it, so its window is bounded and cut like the others."""
 
     def __init__(self, n: int, capacity: int):
         self.n, self.capacity = int(n), int(capacity)
         self.events: deque = deque()   # (step, event)
         self.steps = _Steps()
         self.newest: int | None = None
+        self.job_step: int | None = None   # the job's newest step, as the collector last said
         self.dropped = 0               # events beyond the capacity (the oldest go first)
 
     def add(self, events: list) -> None:
         for ev in events:
             s = self.steps.step_of(ev)
+            if s is None:
+                s = self.job_step
             if s is not None and (self.newest is None or s > self.newest):
                 self.newest = s
             self.events.append((s, ev))
@@ -130,20 +143,24 @@ class Ring:
     def _prune(self) -> None:
         ring, remember = self.events, self.steps.remember
         oldest = None if self.newest is None else self.newest - 2 * self.n + 1
-        while ring and (len(ring) > self.capacity or (oldest is not None and (ring[0][0] is None or ring[0][0] < oldest))):
+        since = ring[-1][1][TS] - MARGIN_NS if ring else 0
+        while ring and (len(ring) > self.capacity or (oldest is not None and ring[0][1][TS] < since
+                                                      and (ring[0][0] is None or ring[0][0] < oldest))):
             if len(ring) > self.capacity:
                 self.dropped += 1
             remember(ring.popleft()[1])
 
     def window(self, upto: int | None = None) -> list:
-        """The n steps ending at step `upto` (the newest when None or not reached here), opened by
-        the state of the memory and ledger series at their start."""
-        if self.newest is not None and (upto is None or upto > self.newest):
+        """The n steps ending at step `upto` (the newest here when None), opened by the state of the
+        memory and ledger series at their start. A process not yet at `upto` ships what it has of
+        those same steps, not older ones: every process's part of a dump covers the same steps."""
+        if upto is None:
             upto = self.newest
         lo = None if upto is None else upto - self.n + 1
         state, inside = dict(self.steps.state), []
         for s, ev in self.events:
-            if s is not None and lo is not None and s < lo:
+            if lo is not None and (s < lo if s is not None else lo > 1):
+                # an event before any step (s None) is older than a window that starts after step 1
                 self.steps.remember(ev, state)
             elif s is None or upto is None or s <= upto:
                 inside.append(ev)

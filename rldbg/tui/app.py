@@ -74,7 +74,7 @@ class TopApp(App):
     def _freeze(self) -> None:
         """The ~60k objects of start-up (modules, classes, widgets), and the event store once
         the backlog is read, live as long as the app; moved out of the collector's view, a full
-        collection no longer stalls a frame for 40-60 ms scanning them (a collection right
+        collection does not stall a frame for 40-60 ms scanning them (a collection right
         before makes sure no garbage is frozen). Only in a process of our own (`rldbg top`):
         freezing is process-wide."""
         if self.freeze_gc:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from rldbg.control.client import HubClient, HubError
 from rldbg.dashboard import Dashboard, DashboardError
+from rldbg.switches import TOKEN
 
 EVENT_PAGE = 50_000          # the hub's per-request maximum
 PAGES_PER_POLL = 4           # a poll reads at most this many pages; the rest comes next poll
@@ -57,7 +58,7 @@ class LiveSource(DataSource):
         self.address = self.dash.address
         self.timeout = timeout   # per request: the TUI polls again soon; --once waits longer, once
         self.waited: dict[str, float] = {}   # what poll() waited for -> seconds, all polls together
-        self.job, self.token = job, token or os.environ.get("RLDBG_TOKEN") or None
+        self.job, self.token = job, token or os.environ.get(TOKEN) or None
         self.hub: HubClient | None = None
         self.job_id: str | None = None
         self.cursor: int | None = None
@@ -155,7 +156,7 @@ class LiveSource(DataSource):
             pass
         self._gpu = gpu
         try:
-            from rldbg.debug.workers import list_paused
+            from rldbg.debug.paused_workers import list_paused
             self._paused = [p.to_dict() for p in list_paused(self.dash)] if self.dash.paused_workers() else []
         except DashboardError:
             self._paused = []

@@ -17,6 +17,8 @@ What install() hooks, each when its VeRL module loads (see pins.py for the inter
            specs (RLDBG_BREAKPOINTS=role.method@rank=1), post-mortem (RLDBG_POST_MORTEM=1); the
            actor's repr becomes "role[rank r/w]"
   engines  FSDP/Megatron offload/load helpers as transition spans (transitions.py)
+  rollout  the hybrid worker's rollout resume/release and the async rollout servers'
+           wake_up/sleep/release_kv_cache/resume_kv_cache as transition spans (rollout.py)
   Ray      with RLDBG_TRACE=PATH, tracing starts at ray.init and the trace is written at
            ray.shutdown or exit (switch.py)
 """
@@ -34,7 +36,7 @@ def install(check: bool = True) -> None:
     now and pins.VerlVersionError raised if it lacks an internal this relies on."""
     if _installed:
         return
-    from rldbg.integrations.verl import driver, pins, steps, switch, transitions, worker
+    from rldbg.integrations.verl import driver, pins, rollout, steps, switch, transitions, worker
 
     switch.check_switch()
     if check:
@@ -57,7 +59,9 @@ def install(check: bool = True) -> None:
                      ("verl.single_controller.ray.base", driver.patch_ray_module),
                      ("verl.trainer.ppo.ray_trainer", steps.patch_trainer_module),
                      ("verl.utils.fsdp_utils", transitions.patch_fsdp),
-                     ("verl.utils.megatron_utils", transitions.patch_megatron)]:
+                     ("verl.utils.megatron_utils", transitions.patch_megatron),
+                     ("verl.workers.rollout.base", rollout.patch_rollout_base),
+                     *[(name, rollout.patch_server) for name in rollout.SERVERS]]:
         when_imported(name, _guarded(fn))
     switch.install_trace_switch()
 

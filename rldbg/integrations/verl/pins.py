@@ -21,6 +21,8 @@ PINNED = [
     ("verl.single_controller.ray.base", "RayWorkerGroup.__init__", ("self", "resource_pool", "ray_cls_with_init")),
     ("verl.single_controller.ray.base", "RayWorkerGroup.execute_all", ("self", "method_name")),
     ("verl.single_controller.ray.base", "_bind_workers_method_to_parent", ("cls", "key", "user_defined_cls")),
+    ("verl.workers.rollout.base", "BaseRollout.resume", ("self", "tags")),
+    ("verl.workers.rollout.base", "BaseRollout.release", ("self",)),
 ]
 
 

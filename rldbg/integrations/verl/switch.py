@@ -6,14 +6,17 @@ trigger); RLDBG_TRACE_STEPS=100-110,500: only those steps.
 ray.init, so workers and VeRL's TaskRunner actor just find the job's collector. The driver also
 starts the job's control hub (`rldbg top`), which a controller inside an actor joins at its first
 worker-group call (rldbg.control.controller). The trace is written when the driver shuts Ray down
-or exits. `{pid}` in PATH becomes the driver's pid.
+or exits, or gets SIGTERM (`ray job stop`, SLURM, `timeout`: see _on_sigterm). `{pid}` in PATH
+becomes the driver's pid.
 """
 from __future__ import annotations
 
 import atexit
 import functools
 import os
+import signal
 import sys
+import threading
 
 from rldbg.integrations.verl.steps import STEPS
 
@@ -112,6 +115,41 @@ def start(path: str | None) -> None:
     _started.append(path)
     _start_hub()
     atexit.register(stop)   # after trace.start's own hook, so it runs first: the last step closes
+    if threading.current_thread() is threading.main_thread():
+        try:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):   # not where signals can be handled: the trace is written at exit
+            pass
+
+
+_terminating: list = []
+
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM while tracing. Ray's handler in a driver aborts the process, and the trace with it
+    (and a controller parked at the step gate, in VeRL's TaskRunner, would wait for nobody). The
+    handler may run inside Ray's C++ wait (main_ppo's driver waits in ray.get on the TaskRunner),
+    where raising breaks the core worker, so it only starts a thread that writes the trace (every
+    process ships what it holds: the TaskRunner's last calls are in it), stops the hub (releasing
+    a parked controller; bounded) and ends the process with 128 + SIGTERM, as Ray's handler would
+    have: an embedded cluster's processes share the driver's fate (Ray starts them so). A second
+    SIGTERM exits at once."""
+    if _terminating:
+        os._exit(128 + signum)
+    _terminating.append(signum)
+    threading.Thread(target=_stop_and_exit, args=(signum,), name="rldbg-sigterm", daemon=True).start()
+
+
+def _stop_and_exit(signum: int) -> None:
+    try:
+        print(f"rldbg: {signal.Signals(signum).name}: writing the trace, then exiting", file=sys.stderr, flush=True)
+        stop(reason=signal.Signals(signum).name)
+    except BaseException as e:   # noqa: BLE001 - exiting is what the signal asked for
+        print(f"rldbg: while stopping on SIGTERM: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
 
 
 def _start_hub() -> None:
@@ -129,21 +167,41 @@ def _start_hub() -> None:
 
 
 _started_hub: list = []
+HUB_STOP_BOUND_S = 15.0
 
 
-def stop() -> None:
+def _stop_hub(bound_s: float | None = None) -> None:
+    """Stop the hub this switch started (releasing a parked controller); with `bound_s`, give up
+    waiting after that long (the process is about to exit)."""
+    if not _started_hub:
+        return
+    import rldbg.control
+
+    _started_hub.clear()
+    if bound_s is None:
+        rldbg.control.stop()
+        return
+    t = threading.Thread(target=rldbg.control.stop, name="rldbg-hub-stop", daemon=True)
+    t.start()
+    t.join(bound_s)
+
+
+def stop(reason: str | None = None) -> None:
+    """Write the trace (`reason`, a signal's name: the flight recorder dumps its window first)."""
     if not _started:
         return
     import rldbg.trace
 
     STEPS.close()
-    if _started_hub:
-        import rldbg.control
-
-        _started_hub.clear()
-        rldbg.control.stop()   # releases a controller parked at the gate
+    if reason is None:
+        _stop_hub()   # releases a controller parked at the gate before the trace waits for it
     path = _started.pop()
-    written = rldbg.trace.stop()
+    written = rldbg.trace.stop(reason=reason)
+    if reason is not None:
+        # On a signal the trace comes first: stopping the hub asks Ray (the hub's shutdown, its
+        # name gone), which on a busy cluster may not answer while the driver waits in ray.get.
+        # A parked controller's events still ship (its shipper is a thread of its own).
+        _stop_hub(bound_s=HUB_STOP_BOUND_S)
     if recording()["window"]:
         dumps = rldbg.trace.last_dumps()
         for d in dumps:

@@ -1,5 +1,7 @@
-"""Open the worker's debugpy listener and block until a client attaches, the way
-ray.util.debugpy.set_trace does, but stopping in a frame we choose.
+"""This process's one debugpy port, opened on demand, and the ways rldbg stops a client on it:
+block until a client attaches (as ray.util.debugpy.set_trace does), stop in a frame we choose,
+report an exception. Debug mode's start-up listening for chosen roles is listen.py; it opens
+its port here too.
 
 Why not call ray.util.debugpy.set_trace: it stops at `sys._getframe().f_back` of
 its own helper, i.e. in whoever called set_trace. Called from rldbg, the user would
@@ -21,7 +23,8 @@ import warnings
 
 log = logging.getLogger(__name__)
 
-ALLOW_REMOTE_ENV = "RLDBG_DEBUG_ALLOW_REMOTE"
+from rldbg.switches import DEBUG_ALLOW_REMOTE as ALLOW_REMOTE_ENV
+
 _listen_host: str | None = None
 
 
