@@ -37,7 +37,11 @@ def _gcs_address(driver: psutil.Process) -> str | None:
 
 
 def _written(run: Path) -> list:
-    return sorted(p.name for p in run.iterdir() if p.name.startswith(("flight-", "trace")))
+    """The traces written, each checked to have its store beside it (rldbg.store)."""
+    names = sorted(p.name for p in run.iterdir() if p.name.startswith(("flight-", "trace")))
+    traces = [n for n in names if n.endswith(".json.gz")]
+    assert names == sorted(traces + [n[:-len(".json.gz")] + ".rldbg.db" for n in traces]), names
+    return traces
 
 
 def _calls_done(home: Path) -> int:
@@ -79,7 +83,7 @@ def test_rldbg_dump_writes_the_taskrunners_last_window_and_the_run_goes_on(tmp_p
     assert prog.returncode == 0, out[-3000:]
     assert f"step {STEPS}:" in out, out[-3000:]
     manual = Path(dump.stdout.split()[1])
-    assert _written(run) == [manual.name], _written(run)   # one file: the dump; the run's end writes nothing
+    assert _written(run) == [manual.name], _written(run)   # one trace: the dump; the run's end writes nothing
 
     r = subprocess.run([sys.executable, "-m", "rldbg", "report", str(manual)], capture_output=True, text=True,
                        env=program_env(), timeout=120)
