@@ -47,7 +47,8 @@ def test_the_flight_recorder_dumps_the_window_of_every_rank_on_both_nodes(two_no
     assert run.returncode == 0, run.stderr[-3000:]
     status, where = (json.loads(x) for x in run.stdout.strip().splitlines()[-2:])
     assert status["state"] == "written" and status["step"] == 12, status
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["flight-12-manual.json.gz"]   # nothing else written
+    # nothing else written: the dump and its store beside it (rldbg.store)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["flight-12-manual.json.gz", "flight-12-manual.rldbg.db"]
     r = subprocess.run([sys.executable, "-m", "rldbg", "report", "--json", status["path"]], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
