@@ -32,17 +32,27 @@ def wrap_method(fn, name: str):
     if inspect.iscoroutinefunction(fn):
         async def wrapper(self, *args, _rldbg_call=None, **kwargs):
             role, rank = _who(self, _rldbg_call)
-            with instrument.worker_call(role, rank, name, _rldbg_call):
+            with instrument.worker_call(role, rank, name, _rldbg_call) as scope:
                 instrument.method_entry(role, rank, name, _rldbg_call)
                 with instrument.post_mortem_guard():
-                    return await fn(self, *args, **kwargs)
+                    try:
+                        out = await fn(self, *args, **kwargs)
+                    except Exception as exc:
+                        scope.raised(exc, args, kwargs)   # inputs and error saved where RLDBG_FAILURES_DIR says
+                        raise
+                return scope.returned(out, args, kwargs)   # the non-finite sentinel
     else:
         def wrapper(self, *args, _rldbg_call=None, **kwargs):
             role, rank = _who(self, _rldbg_call)
-            with instrument.worker_call(role, rank, name, _rldbg_call):
+            with instrument.worker_call(role, rank, name, _rldbg_call) as scope:
                 instrument.method_entry(role, rank, name, _rldbg_call)
                 with instrument.post_mortem_guard():
-                    return fn(self, *args, **kwargs)
+                    try:
+                        out = fn(self, *args, **kwargs)
+                    except Exception as exc:
+                        scope.raised(exc, args, kwargs)   # inputs and error saved where RLDBG_FAILURES_DIR says
+                        raise
+                return scope.returned(out, args, kwargs)   # the non-finite sentinel
     functools.update_wrapper(wrapper, fn)   # keeps VeRL's @register attributes
     wrapper.__signature__ = _with_tag(inspect.signature(fn))
     # Ray reads an actor method's signature after inspect.unwrap(): end the __wrapped__ chain here
