@@ -23,10 +23,15 @@ class HelperLost(RuntimeError):
 class Forked:
     def __init__(self, fn):
         rfd, wfd = os.pipe()
+        # A Ctrl-C between the fork and the helper's pid being kept here would leave the helper
+        # running with this process's stdout (a caller waiting for that pipe's end waits for it):
+        # held off across the fork, it is raised below, where the helper is known and ended.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         pid = os.fork()
         if pid == 0:
             os.close(rfd)
             signal.signal(signal.SIGINT, signal.SIG_DFL)   # a Ctrl-C at the terminal ends it too
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             try:
                 try:
                     answer = (True, fn())
@@ -43,6 +48,11 @@ class Forked:
                 os._exit(0)
         os.close(wfd)
         self.pid, self.fd = pid, rfd
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)   # a Ctrl-C held off is raised here
+        except BaseException:
+            self.close()
+            raise
 
     def result(self):
         try:
