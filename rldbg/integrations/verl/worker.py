@@ -13,6 +13,7 @@ import inspect
 import os
 
 from rldbg import instrument
+from rldbg.integrations.verl.subclasses import wrap_every_subclass
 
 TAG = "_rldbg_call"          # the keyword carrying the driver's CallTag to a rank
 MARK = "__rldbg_verl__"      # set on wrapped methods: the driver passes a tag only to these
@@ -124,16 +125,6 @@ def patch_worker_module(mod, magic: str) -> None:
     if getattr(worker_cls, MARK, False):
         return
     wrap_class(worker_cls, magic)
-    previous = worker_cls.__dict__.get("__init_subclass__")
-
-    def __init_subclass__(cls, **kwargs):
-        if previous is not None:
-            previous.__func__(cls, **kwargs)
-        else:
-            super(worker_cls, cls).__init_subclass__(**kwargs)
-        wrap_class(cls, magic)
-
-    worker_cls.__init_subclass__ = classmethod(__init_subclass__)
     init = worker_cls.__init__
 
     @functools.wraps(init)
@@ -146,15 +137,4 @@ def patch_worker_module(mod, magic: str) -> None:
     if "__repr__" not in vars(worker_cls):
         worker_cls.__repr__ = label
     setattr(worker_cls, MARK, True)
-    for sub in _all_subclasses(worker_cls):   # classes defined before install()
-        wrap_class(sub, magic)
-
-
-def _all_subclasses(cls):
-    seen, todo = [], list(cls.__subclasses__())
-    while todo:
-        c = todo.pop()
-        if c not in seen:
-            seen.append(c)
-            todo.extend(c.__subclasses__())
-    return seen
+    wrap_every_subclass(worker_cls, lambda cls: wrap_class(cls, magic))
