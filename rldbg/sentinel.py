@@ -10,7 +10,8 @@ method, step, the output key and how many elements.
 
 Cost: one fused isfinite().all() per floating tensor and a single host sync per output;
 elements are counted only on failure. rldbg never imports a trainer: outputs are walked
-generically (tensors, dicts, lists/tuples, objects with a `.tensors` mapping).
+generically (tensors, dicts, lists/tuples, objects with a `.tensors` mapping, and objects whose
+`.batch` is a mapping of tensors, as VeRL's DataProto).
 
 A failing call's inputs and output are saved (torch.save) under RLDBG_FAILURES_DIR
 (<run_dir>/failures) as <step>-<role>-<rank>-<method>/{inputs.pt, output.pt, info.json, error.txt}.
@@ -96,6 +97,12 @@ def _tensors(obj, prefix: str = "", depth: int = 0):
         inner = getattr(obj, "tensors", None)
         if isinstance(inner, dict):
             items = inner.items()
+        else:
+            # A batch of named tensors under .batch (VeRL's DataProto holds a TensorDict there):
+            # its keys are what a user knows the outputs by.
+            batch = getattr(obj, "batch", None)
+            if batch is not None and callable(getattr(batch, "items", None)) and callable(getattr(batch, "keys", None)):
+                items = batch.items()
     if items is None:
         return
     for k, v in items:
@@ -215,8 +222,12 @@ def _alarm(role, rank, method, step, bad, args, kwargs, out) -> None:
                          info={"key": key, "count": count, "numel": numel})
     from rldbg.api import instant
 
+    # A merged result's alarm is recorded by the controller, on its own track (whose role and rank
+    # the trace's layout gives the instant): the group it came from goes in args of its own.
+    merged = {"merged_from": role} if rank is None else {}
     instant(EVENT, role=role, rank=rank, method=method, step=step, key=key, count=count, numel=numel,
-            saved=saved)
+            saved=saved, **merged)
+    _ship_now()
     err = NonFinite(role, rank, method, step, key, count, numel, saved)
     if mode() == "stop":
         raise err
@@ -225,12 +236,32 @@ def _alarm(role, rank, method, step, bad, args, kwargs, out) -> None:
         print(f"rldbg warning: {err}", file=sys.stderr, flush=True)
 
 
+def _ship_now() -> None:
+    """The alarm leaves this process now, not at the next shipping round: the process may be gone
+    by then (stopped by NonFinite, or its actor killed when the program drops its worker group),
+    and a flight recorder dumps sooner."""
+    from rldbg.trace import runtime
+
+    shipper = runtime.STATE.shipper
+    if shipper is not None:
+        try:
+            shipper.flush()
+        except Exception:  # noqa: BLE001 - shipping must never turn an alarm into another failure
+            pass
+
+
 def alarms(instants: list) -> list[dict]:
     """The non-finite alarms among a read trace's instants (rldbg.trace.report_trace.Trace:
-    {name, ts, args}, ts in ns), oldest first."""
-    out = sorted((e for e in instants if e["name"] == EVENT), key=lambda e: e["ts"])
-    return [{k: e["args"].get(k) for k in ("role", "rank", "method", "step", "key", "count", "numel", "saved")}
-            for e in out]
+    {name, ts, args}, ts in ns), oldest first. A controller's check of a merged result names the
+    group it merged, not a rank."""
+    out = []
+    for e in sorted((e for e in instants if e["name"] == EVENT), key=lambda e: e["ts"]):
+        a = e["args"]
+        row = {k: a.get(k) for k in ("role", "rank", "method", "step", "key", "count", "numel", "saved")}
+        if a.get("merged_from"):
+            row["role"], row["rank"] = a["merged_from"], None
+        out.append(row)
+    return out
 
 
 def state_suffix(a: dict) -> str:

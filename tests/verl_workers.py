@@ -9,7 +9,7 @@ WORK_S = 0.02   # what every rank spends in a call: real methods take millisecon
 
 from verl import DataProto
 from verl.single_controller.base import Worker
-from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.decorator import Dispatch, dispatch_one_to_all, register
 from verl.workers.rollout.base import BaseRollout
 
 
@@ -35,6 +35,13 @@ class TensorRollout(BaseRollout):
             torch.cuda.empty_cache()   # as VeRL's sleep does: the device gets the bytes back
 
 
+def collect_ratio(worker_group, output):
+    """A collect of the program's own (a custom dispatch mode): rank 0's total over rank 1's, a
+    value none of the ranks returned (0/0 when both totals are 0)."""
+    totals = torch.stack([o.batch["total"].sum() for o in output])
+    return DataProto.from_dict({"ratio": (totals[0] / totals[1]).reshape(1, 1)})
+
+
 class ActorWorker(Worker):
     """Doubles a batch; one rank can be made slow through SLOW_RANK / SLOW_METHOD / SLOW_S."""
 
@@ -51,6 +58,18 @@ class ActorWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def whoami(self):
         return self.rank
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def score(self, data: DataProto):
+        """A reward with a bug: the rank data.meta_info["nan_rank"] names scores its first row NaN."""
+        out = data.batch["x"].float().mean(dim=-1, keepdim=True)
+        if data.meta_info.get("nan_rank") == self.rank:
+            out[0, 0] = float("nan")
+        return DataProto.from_dict({"scores": out})
+
+    @register(dispatch_mode={"dispatch_fn": dispatch_one_to_all, "collect_fn": collect_ratio})
+    def total(self, scale: float):
+        return DataProto.from_dict({"total": torch.ones(1, 1) * scale})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def later(self, s: float):

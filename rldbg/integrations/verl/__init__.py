@@ -14,8 +14,10 @@ What install() hooks, each when its VeRL module loads (see pins.py for the inter
            collect, flows to ranks), role from the colocated key / name_prefix / class; step
            markers from RayPPOTrainer.global_steps, else from call order (steps.py)
   workers  every @register method of every Worker class: the rank's span with memory, breakpoint
-           specs (RLDBG_BREAKPOINTS=role.method@rank=1), post-mortem (RLDBG_POST_MORTEM=1); the
-           actor's repr becomes "role[rank r/w]"
+           specs (RLDBG_BREAKPOINTS=role.method@rank=1), post-mortem (RLDBG_POST_MORTEM=1), the
+           non-finite sentinel on its output (a DataProto's tensors; warn unless
+           RLDBG_ON_NONFINITE=stop); the actor's repr becomes "role[rank r/w]"; a custom dispatch
+           mode's merged result is checked by the controller
   engines  FSDP/Megatron offload/load helpers as transition spans (transitions.py)
   rollout  the hybrid worker's rollout resume/release and the async rollout servers'
            wake_up/sleep/release_kv_cache/resume_kv_cache as transition spans (rollout.py)
@@ -39,6 +41,7 @@ def install(check: bool = True) -> None:
     from rldbg.integrations.verl import driver, pins, rollout, steps, switch, transitions, worker
 
     switch.check_switch()
+    _nonfinite_default()
     if check:
         import importlib
 
@@ -64,6 +67,19 @@ def install(check: bool = True) -> None:
                      *[(name, rollout.patch_server) for name in rollout.SERVERS]]:
         when_imported(name, _guarded(fn))
     switch.install_trace_switch()
+
+
+def _nonfinite_default() -> None:
+    """On VeRL the non-finite sentinel warns unless RLDBG_ON_NONFINITE says otherwise: every NaN/Inf
+    output is an alarm in the trace (and a flight-recorder trigger) and a line on stderr, but the
+    run is the program's to stop (RLDBG_ON_NONFINITE=stop stops it at the call, as the reference
+    trainer does by default)."""
+    import os
+
+    from rldbg import sentinel, switches
+
+    if not os.environ.get(switches.ON_NONFINITE, "").strip():
+        sentinel.configure("warn")
 
 
 def _guarded(fn):

@@ -11,7 +11,7 @@ import functools
 import queue
 import threading
 
-from rldbg import instrument
+from rldbg import instrument, sentinel
 from rldbg.integrations.verl import pins
 from rldbg.integrations.verl.steps import STEPS
 from rldbg.integrations.verl.worker import MARK, ROLE_ENV, TAG
@@ -159,6 +159,14 @@ def make_generator(udc, func_generator, magic: str):
             finally:
                 st.pop()
             if blocking:
+                if mode == "custom" and out is not None:
+                    # A collect of the program's own may compute new values from finite rank outputs;
+                    # VeRL's built-in modes only concatenate or pick what the ranks checked themselves.
+                    try:
+                        sentinel.check_merged(role, method, call.tag.step, out)
+                    except sentinel.NonFinite as exc:
+                        instrument.call_failed(call, exc)
+                        raise
                 instrument.call_collected(call, brief(out) if out is not None else None)
             else:
                 _close_when_ready(call, out)

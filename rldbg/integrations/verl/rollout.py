@@ -25,6 +25,7 @@ import functools
 import inspect
 
 from rldbg import instrument
+from rldbg.integrations.verl.subclasses import wrap_every_subclass
 
 MARK = "__rldbg_verl__"
 TAGS = {"weights": "rollout_weights", "kv_cache": "kv_cache"}
@@ -121,23 +122,8 @@ def patch_rollout_base(mod) -> None:
     base = mod.BaseRollout
     if getattr(base, MARK, False):
         return
-    previous = base.__dict__.get("__init_subclass__")
-
-    def __init_subclass__(cls, **kwargs):
-        if previous is not None:
-            previous.__func__(cls, **kwargs)
-        else:
-            super(base, cls).__init_subclass__(**kwargs)
-        wrap_class(cls, ADAPTER)
-
-    base.__init_subclass__ = classmethod(__init_subclass__)
+    wrap_every_subclass(base, lambda cls: wrap_class(cls, ADAPTER))
     setattr(base, MARK, True)
-    todo = list(base.__subclasses__())
-    while todo:
-        sub = todo.pop()
-        wrap_class(sub, ADAPTER)
-        todo.extend(sub.__subclasses__())
-
 
 _named = [False]
 

@@ -13,6 +13,7 @@ import inspect
 import os
 
 from rldbg import instrument
+from rldbg.integrations.verl.subclasses import wrap_every_subclass
 
 TAG = "_rldbg_call"          # the keyword carrying the driver's CallTag to a rank
 MARK = "__rldbg_verl__"      # set on wrapped methods: the driver passes a tag only to these
@@ -32,17 +33,27 @@ def wrap_method(fn, name: str):
     if inspect.iscoroutinefunction(fn):
         async def wrapper(self, *args, _rldbg_call=None, **kwargs):
             role, rank = _who(self, _rldbg_call)
-            with instrument.worker_call(role, rank, name, _rldbg_call):
+            with instrument.worker_call(role, rank, name, _rldbg_call) as scope:
                 instrument.method_entry(role, rank, name, _rldbg_call)
                 with instrument.post_mortem_guard():
-                    return await fn(self, *args, **kwargs)
+                    try:
+                        out = await fn(self, *args, **kwargs)
+                    except Exception as exc:
+                        scope.raised(exc, args, kwargs)   # inputs and error saved where RLDBG_FAILURES_DIR says
+                        raise
+                return scope.returned(out, args, kwargs)   # the non-finite sentinel
     else:
         def wrapper(self, *args, _rldbg_call=None, **kwargs):
             role, rank = _who(self, _rldbg_call)
-            with instrument.worker_call(role, rank, name, _rldbg_call):
+            with instrument.worker_call(role, rank, name, _rldbg_call) as scope:
                 instrument.method_entry(role, rank, name, _rldbg_call)
                 with instrument.post_mortem_guard():
-                    return fn(self, *args, **kwargs)
+                    try:
+                        out = fn(self, *args, **kwargs)
+                    except Exception as exc:
+                        scope.raised(exc, args, kwargs)   # inputs and error saved where RLDBG_FAILURES_DIR says
+                        raise
+                return scope.returned(out, args, kwargs)   # the non-finite sentinel
     functools.update_wrapper(wrapper, fn)   # keeps VeRL's @register attributes
     wrapper.__signature__ = _with_tag(inspect.signature(fn))
     # Ray reads an actor method's signature after inspect.unwrap(): end the __wrapped__ chain here
@@ -114,16 +125,6 @@ def patch_worker_module(mod, magic: str) -> None:
     if getattr(worker_cls, MARK, False):
         return
     wrap_class(worker_cls, magic)
-    previous = worker_cls.__dict__.get("__init_subclass__")
-
-    def __init_subclass__(cls, **kwargs):
-        if previous is not None:
-            previous.__func__(cls, **kwargs)
-        else:
-            super(worker_cls, cls).__init_subclass__(**kwargs)
-        wrap_class(cls, magic)
-
-    worker_cls.__init_subclass__ = classmethod(__init_subclass__)
     init = worker_cls.__init__
 
     @functools.wraps(init)
@@ -136,15 +137,4 @@ def patch_worker_module(mod, magic: str) -> None:
     if "__repr__" not in vars(worker_cls):
         worker_cls.__repr__ = label
     setattr(worker_cls, MARK, True)
-    for sub in _all_subclasses(worker_cls):   # classes defined before install()
-        wrap_class(sub, magic)
-
-
-def _all_subclasses(cls):
-    seen, todo = [], list(cls.__subclasses__())
-    while todo:
-        c = todo.pop()
-        if c not in seen:
-            seen.append(c)
-            todo.extend(c.__subclasses__())
-    return seen
+    wrap_every_subclass(worker_cls, lambda cls: wrap_class(cls, magic))
