@@ -1,30 +1,20 @@
 """The seam: hooks a dispatch layer calls. rldbg never imports the trainer; a trainer
-(ours, or VeRL-style @register worker groups) calls these.
+(ours, or VeRL-style @register worker groups) calls these (the README's "the contract" section).
 
 Driver side, around every worker-group call:
     call = call_begin(group, method, mode, world, step)   # opens the call
-    ... split the batch ...
     call_ready(call, shards)                               # step gate: may pause before anything is sent
-    ... submit to ranks ...
     call_dispatched(call, shards)                          # per-rank shard summaries; opens the wait span
-    ... ray.wait ...; call_waiting(call, ranks, s)         # slow call: report ranks paused at breakpoints
-    call_collected(call, result)                           # closes wait, records collect; gate may pause
-    call_failed(call, exc)                                 # instead of call_collected on error
+    call_waiting(call, ranks, s)                           # slow call: report ranks paused at breakpoints
+    call_collected(call, result) / call_failed(call, exc)  # closes the call; the gate may pause
     call.tag                                               # small picklable tag sent with the call to ranks
+    with step(n): ...                                      # a training step
 
 Worker side:
-    set_worker_identity(role, rank, world, roles=...)      # once, at actor start: identity (rldbg.context),
-                                                           # published for the CLI; finds the collector
+    set_worker_identity(role, rank, world, roles=...)      # once, at actor start
     with worker_call(role, rank, method, tag): ...         # one span per rank per registered call
-    with transition("offload_optimizer", frees=("optimizer",)): ...  # mode switches; memory before/after;
-                                                           # frees=/loads= declare the ledger categories moved
-    ledger(category, nbytes)                               # bytes held by category (params, optimizer, kv_cache, ...)
-
-Events are built only by rldbg.trace.events' constructors; the RLDBG_* switches workers read are
-built by rldbg.worker_env(). The README's "the contract" section documents all of it.
-
-Driver step markers:
-    with step(n): ...
+    with transition("offload_optimizer", frees=("optimizer",)): ...  # mode switches, memory at both edges
+    ledger(category, nbytes)                               # bytes held by category (params, optimizer, ...)
 
 Every hook costs one flag check when tracing is off (rldbg.trace.runtime.STATE.on) and never
 blocks training: events go to a bounded per-process buffer shipped by a background thread.
@@ -33,8 +23,10 @@ call > dispatch > send→rank i, and call > wait > recv←rank i slices joined b
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -46,17 +38,24 @@ from rldbg.memory.probes import sample as _mem_sample, sample_full as _mem_sampl
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
 from rldbg.profilers.torch_prof import profile_call as _profile_call
 from rldbg.sentinel import CallChecks as _CallChecks
-from rldbg.environ import env as _env, raw_environ
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import (FREES, LOADS, driver_call_event, instant_event, ledger_event, memory_event,
                                 slice_event, transition_event)
 
+__all__ = ["Call", "CallTag", "call_begin", "call_ready", "call_dispatched", "call_waiting", "call_collected",
+           "call_failed", "step", "set_worker_identity", "worker_call", "method_entry", "post_mortem_guard",
+           "transition", "ledger", "enabled", "summarize"]
+
 _flow_ids = itertools.count(1)
+# A call hangs when it has run HANG_FACTOR times its method's median (over its last 50 calls) and
+# at least the session's hang_s; each hung call dumps once (the flight recorder, call_waiting).
+HANG_FACTOR = 10.0
+_durations: dict = collections.defaultdict(lambda: collections.deque(maxlen=50))
+_dumped: set = set()
 _now = time.time_ns
 _monotonic = time.monotonic
 _STATE = _rt.STATE
-# RLDBG_PROFILE's presence, tested on every worker call without a function call (rldbg.switches).
-_ENVIRON, _PROFILE_KEY = raw_environ(switches.PROFILE)
+_getenv = os.environ.get
 
 
 @dataclass(frozen=True)
@@ -181,7 +180,7 @@ def _finish(call: Call, status: str, extra: dict) -> None:
     _rt.emit(driver_call_event(f"{tag.group}.{tag.method}", call.t_begin, t_end - call.t_begin,
                                tag.step, tag.method, tag.flow_id, args))
     if status == "ok":
-        _hangs.took(tag.group, tag.method, (t_end - call.t_begin) / 1e9)
+        _durations[(tag.group, tag.method)].append((t_end - call.t_begin) / 1e9)
 
 
 def call_collected(call: Call, result=None) -> None:
@@ -232,7 +231,7 @@ def set_worker_identity(role: str, rank: int, world: int, *, roles=None, node_id
     if role not in names and "+".join(names) != role:
         names = (role, *[r for r in names if r != role])
     if node_id is None or node_ip is None:
-        found_id, found_ip = _ray_node()
+        found_id, found_ip = _rt.ray_node()
         node_id, node_ip = node_id or found_id, node_ip or found_ip
     ident = WorkerIdentity(names, int(rank), int(world), node_id or "", node_ip or "")
     set_worker(ident)
@@ -244,17 +243,6 @@ def set_worker_identity(role: str, rank: int, world: int, *, roles=None, node_id
 
     maybe_listen(ident.role, ident.rank, ident.world)  # debug mode (RLDBG_LISTEN_ROLES): one env lookup when off
     return ident
-
-
-def _ray_node() -> tuple[str, str]:
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return ray.get_runtime_context().get_node_id() or "", ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001 - identity must never stop a worker from starting
-        pass
-    return "", ""
 
 
 class worker_call(_CallChecks):  # noqa: N801 - used as a function: `with worker_call(...)`
@@ -289,8 +277,14 @@ class worker_call(_CallChecks):  # noqa: N801 - used as a function: `with worker
         self.step = step
         self.token = _enter_call(self.role, self.rank, self.method, step, flow)
         self.t0, self.prof = 0, None
-        if on or _PROFILE_KEY in _ENVIRON:            # else: nothing more to do on this call
-            self._begin(on)
+        profile = _getenv(switches.PROFILE)
+        if profile is not None:                       # torch.profiler, when RLDBG_PROFILE selects this call
+            self.prof = _profile_call(self.role, self.rank, self.method, step)
+            self.prof.__enter__()                     # operator slices nest in this call's span
+        if on:
+            self.m0 = _mem_sample()
+            self.t0 = _now()
+            _rt.emit(memory_event(self.t0, self.role, self.rank, step, self.method, self.m0))
         return self
 
     def __exit__(self, et, ev, tb):
@@ -299,15 +293,6 @@ class worker_call(_CallChecks):  # noqa: N801 - used as a function: `with worker
         else:
             _leave_call(self.token)
         return False
-
-    def _begin(self, on: bool) -> None:
-        if _env(switches.PROFILE) is not None:       # torch.profiler, when RLDBG_PROFILE selects this call
-            self.prof = _profile_call(self.role, self.rank, self.method, self.step)
-            self.prof.__enter__()                    # operator slices nest in this call's span
-        if on:
-            self.m0 = _mem_sample()
-            self.t0 = _now()
-            _rt.emit(memory_event(self.t0, self.role, self.rank, self.step, self.method, self.m0))
 
     def _end(self, et, ev, tb) -> None:
         try:
@@ -422,7 +407,7 @@ def method_entry(role: str, rank: int, method: str, tag: CallTag | None) -> None
 def post_mortem_guard():
     """`with post_mortem_guard(): method(...)`: with RLDBG_POST_MORTEM=1 an escaping
     exception pauses the worker at the raising frame for a debugger, then propagates."""
-    if _env(switches.POST_MORTEM) != "1":
+    if _getenv(switches.POST_MORTEM) != "1":
         return contextlib.nullcontext()
     from rldbg.debug.breakpoints import post_mortem_guard as guard
 
@@ -430,7 +415,7 @@ def post_mortem_guard():
 
 
 def _debug_switches() -> bool:
-    if _specs_seen[0] or _env(switches.BREAKPOINTS):
+    if _specs_seen[0] or _getenv(switches.BREAKPOINTS):
         return True
     import sys
 
@@ -444,44 +429,24 @@ def call_waiting(call: Call, pending_ranks: list[int], waited_s: float) -> None:
     from rldbg.debug.wait_report import report
 
     report(call.tag.group, call.tag.method, call.tag.flow_id, waited_s)
-    if _rt.STATE.on and _rt.STATE.config.get("window"):
-        _hangs.check(call, pending_ranks, waited_s, _rt.STATE.config)
+    config = _rt.STATE.config
+    if not (_rt.STATE.on and config.get("window")):
+        return
+    import statistics
 
+    tag, ranks = call.tag, pending_ranks
+    past = _durations.get((tag.group, tag.method))
+    limit = max(float(config.get("hang_s", 60.0)), HANG_FACTOR * statistics.median(past) if past else 0.0)
+    if waited_s < limit or tag.flow_id in _dumped:
+        return
+    _dumped.add(tag.flow_id)
+    from rldbg.trace import session
 
-class _Hangs:
-    """A call hangs when it has run FACTOR times its method's median (over its last KEEP calls),
-    and at least the session's hang_s; each hung call dumps once."""
-
-    FACTOR, KEEP = 10.0, 50
-
-    def __init__(self):
-        self.durations: dict = {}
-        self.dumped: set = set()
-
-    def took(self, group: str, method: str, seconds: float) -> None:
-        d = self.durations.setdefault((group, method), [])
-        d.append(seconds)
-        del d[:-self.KEEP]
-
-    def check(self, call: Call, ranks: list, waited_s: float, config: dict) -> None:
-        import statistics
-
-        tag = call.tag
-        past = self.durations.get((tag.group, tag.method))
-        limit = max(float(config.get("hang_s", 60.0)), self.FACTOR * statistics.median(past) if past else 0.0)
-        if waited_s < limit or tag.flow_id in self.dumped:
-            return
-        self.dumped.add(tag.flow_id)
-        from rldbg.trace import session
-
-        try:
-            # On the rank's track when one rank is late; on the driver's when several are (which
-            # one holds the others up is for the stacks to show).
-            who = {"role": tag.group, "rank": int(ranks[0])} if len(ranks) == 1 else {"group": tag.group}
-            session.dump("hang", **who, method=tag.method, step=tag.step, waiting_on=[int(r) for r in ranks],
-                         waited_s=round(waited_s, 1), limit_s=round(limit, 1))
-        except Exception:
-            pass   # never disturb the run
-
-
-_hangs = _Hangs()
+    try:
+        # On the rank's track when one rank is late; on the driver's when several are (which
+        # one holds the others up is for the stacks to show).
+        who = {"role": tag.group, "rank": int(ranks[0])} if len(ranks) == 1 else {"group": tag.group}
+        session.dump("hang", **who, method=tag.method, step=tag.step, waiting_on=[int(r) for r in ranks],
+                     waited_s=round(waited_s, 1), limit_s=round(limit, 1))
+    except Exception:
+        pass   # never disturb the run

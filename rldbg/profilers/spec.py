@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rldbg.environ import env as _env   # read on every worker call: cheap when unset
+from os import getenv as _env
 
 from rldbg.switches import PROFILE as ENV
 KEYS = ("roles", "ranks", "steps", "methods", "dir", "run")

@@ -9,6 +9,7 @@ instant / counter. No Ray, no collector: everything stays a no-op.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
@@ -17,7 +18,8 @@ import time
 # directory; on nodes sharing one machine (ray.cluster_utils, `ray start` twice) that replaces the
 # directory the driver imports from for a moment, and a lazy import there failed.
 from rldbg.memory.sampler import start_sampler
-from rldbg.trace.recorder import Recorder, Shipper
+from rldbg.trace import address
+from rldbg.trace.recorder import OTHER_SESSION, Recorder, Shipper
 
 RECHECK_S = 10.0
 
@@ -53,9 +55,9 @@ def attach(link, config: dict, is_driver: bool = False) -> None:
             return
         STATE.recorder = Recorder(int(config.get("buffer_events", 1 << 20)))
         STATE.shipper = Shipper(STATE.recorder, link, float(config.get("flush_interval", 0.1)),
-                                on_gone=None if is_driver else _collector_gone,
-                                relookup=None if is_driver else (lambda: _same_session(config)), node=_node(),
-                                policy=_policy(config))
+                                on_gone=None if is_driver else functools.partial(detach, flush=False),
+                                relookup=None if is_driver else functools.partial(_connect, config.get("origin_ns")),
+                                node=_node(), policy=_policy(config))
         STATE.config, STATE.is_driver = config, is_driver
         STATE.sampler = start_sampler(float(config.get("memory_hz", 0.0)), emit)
         STATE.on = True
@@ -71,17 +73,23 @@ def _policy(config: dict):
     return None
 
 
+def ray_node() -> tuple[str, str]:
+    """(node id, node IP) of this process as Ray sees it; empty strings without Ray."""
+    try:
+        import ray
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id() or "", ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - where a process runs is never worth failing over
+        pass
+    return "", ""
+
+
 def _node() -> dict:
     """Where this process runs: the node its worker identity names, else Ray's view of it."""
     from rldbg.context import identity
     ident = identity()
-    if ident.node_id:
-        return {"node_id": ident.node_id, "node_ip": ident.node_ip}
-    try:
-        import ray
-        return {"node_id": ray.get_runtime_context().get_node_id() or "", "node_ip": ray.util.get_node_ip_address()}
-    except Exception:
-        return {}
+    node_id, node_ip = (ident.node_id, ident.node_ip) if ident.node_id else ray_node()
+    return {"node_id": node_id, "node_ip": node_ip} if node_id or node_ip else {}
 
 
 def detach(flush: bool = True) -> None:
@@ -98,26 +106,19 @@ def detach(flush: bool = True) -> None:
         STATE.looked_up = False
 
 
-def _collector_gone() -> None:
-    detach(flush=False)
-    STATE.looked_up = False
-
-
-def _same_session(config: dict):
-    """A new connection to the collector of this trace session, or None; a collector of a later
-    session is not ours: our losses belong to the trace that lost them."""
-    from rldbg.trace import address
-    from rldbg.trace.recorder import OTHER_SESSION
+def _connect(origin_ns: int | None = None):
+    """A new connection to this job's collector, or None. With `origin_ns` (a worker connecting
+    again), OTHER_SESSION for the collector of a later trace session: our losses belong to the
+    trace that lost them."""
     try:
         import ray
-        entry = address.find(config.get("job_id") or ray.get_runtime_context().get_job_id())
-    except Exception:
-        return None
-    if entry is None:
-        return None
-    if entry.get("origin_ns") != config.get("origin_ns"):
-        return OTHER_SESSION
-    try:
+        if not ray.is_initialized():
+            return None
+        entry = address.find(ray.get_runtime_context().get_job_id())
+        if entry is None:
+            return None
+        if origin_ns is not None and entry.get("origin_ns") != origin_ns:
+            return OTHER_SESSION
         return address.connect(entry)
     except Exception:
         return None
@@ -125,8 +126,9 @@ def _same_session(config: dict):
 
 def flush() -> None:
     """Ship what this process has buffered now and wait for the collector's acknowledgement."""
-    if STATE.shipper is not None:
-        STATE.shipper.flush()
+    shipper = STATE.shipper   # read once: another thread may detach meanwhile
+    if shipper is not None:
+        shipper.flush()
 
 
 def lookup(force: bool = False, recheck_s: float = RECHECK_S, session: int = 0) -> bool:
@@ -146,16 +148,8 @@ def lookup(force: bool = False, recheck_s: float = RECHECK_S, session: int = 0) 
     if STATE.looked_up and not force and now - STATE.last_lookup < recheck_s:
         return False
     STATE.looked_up, STATE.last_lookup = True, now
-    try:
-        import ray
-        if not ray.is_initialized():
-            return False
-        from rldbg.trace import address
-        entry = address.find(ray.get_runtime_context().get_job_id())
-        if entry is None:
-            return False
-        link = address.connect(entry)
-    except Exception:
+    link = _connect()
+    if link is None:
         return False
     attach(link, link.config)
     return True
