@@ -112,11 +112,6 @@ def to_dict(ev) -> dict:
     return dict(zip(FIELDS, ev))
 
 
-def from_dict(d: dict) -> Event:
-    """Inverse of to_dict (missing fields are None)."""
-    return Event(*(d.get(k) for k in FIELDS))
-
-
 def moves(args: dict | None) -> tuple[tuple, tuple]:
     """(frees, loads) a transition's args declare; ((), ()) when it declares nothing."""
     if not args:

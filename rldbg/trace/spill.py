@@ -36,6 +36,7 @@ MAGIC = b"\xc1RLB"
 _HEAD = struct.Struct("<4sIII")
 EXT = ".rlb"
 OLD_EXT = ".jsonl"
+TORN = "torn last record"
 
 
 class SpillError(ValueError):
@@ -95,16 +96,6 @@ def encode_events(events: list) -> bytes:
                              unicode_errors="surrogatepass")
 
 
-def encode_meta(meta: dict) -> bytes:
-    return msgpack.packb(meta, default=str, use_bin_type=True)
-
-
-def record(meta_bytes: bytes, events_bytes: bytes) -> bytes:
-    """The header of one record (MAGIC, lengths, crc32); meta and events follow it."""
-    crc = zlib.crc32(events_bytes, zlib.crc32(meta_bytes))
-    return _HEAD.pack(MAGIC, len(meta_bytes), len(events_bytes), crc)
-
-
 def decode_events(data, tuples: bool = False) -> list:
     """A msgpack events array (as the shipper sends it) -> list of event lists (as JSON gave them:
     lists inside args stay lists), or with tuples=True a tuple of tuples (cheaper to build; for
@@ -142,47 +133,27 @@ def _check(evs, seq=list):
 
 def iter_records(spill_dir: str, damage: list | None = None, tuples: bool = False) -> Iterator[tuple[dict, list]]:
     """(batch meta, valid event lists) for each readable record, in arrival order; with
-    tuples=True the events (and any lists inside them) are tuples."""
+    tuples=True the events (and any lists inside them) are tuples. A record whose meta or events
+    do not decode is left out, malformed events are dropped, each noted in `damage`."""
     seq = tuple if tuples else list
-    for path, at, mb, eb in iter_raw(spill_dir, damage):
-        got = decode_record(path, at, mb, eb, damage, seq)
-        if got is not None:
-            yield got
-
-
-def iter_raw(spill_dir: str, damage: list | None = None) -> Iterator[tuple[str, int, memoryview, memoryview]]:
-    """(file, byte offset, meta bytes, events bytes) of each intact record (checksum holds), in
-    arrival order, not decoded (decode_record() reads one). Damaged framing is recorded in
-    `damage` as iter_records says."""
     for path in event_files(spill_dir):
         with open(path, "rb") as f:
             data = f.read()
         for at, mb, eb in _file_records(path, data, damage):
-            yield path, at, mb, eb
-
-
-def decode_record(path: str, at: int, mb, eb, damage: list | None, seq=list) -> tuple[dict, list] | None:
-    """(meta, valid events) of one intact record, or None (recorded in `damage`) where it does
-    not decode; malformed events are left out and counted in `damage`."""
-    try:
-        meta = msgpack.unpackb(mb, raw=False, strict_map_key=False)
-        if not isinstance(meta, dict):
-            raise ValueError("not a batch record")
-    except Exception as e:
-        if damage is not None:
-            damage.append((path, at, f"unreadable record ({str(e)[:80]})"))
-        return None
-    try:
-        evs = decode_events(eb, seq is tuple)
-    except Exception as e:
-        if damage is not None:
-            damage.append((path, at, f"unreadable record ({str(e)[:80]})"))
-        return None
-    good = _check(evs, seq)
-    if len(good) != (len(evs) if type(evs) is seq else -1) and damage is not None:
-        bad = len(evs) - len(good) if type(evs) is seq else "all"
-        damage.append((path, at, f"{bad} malformed event(s) in a batch"))
-    return meta, good
+            try:
+                meta = msgpack.unpackb(mb, raw=False, strict_map_key=False)
+                if not isinstance(meta, dict):
+                    raise ValueError("not a batch record")
+                evs = decode_events(eb, tuples)
+            except Exception as e:
+                if damage is not None:
+                    damage.append((path, at, f"unreadable record ({str(e)[:80]})"))
+                continue
+            good = _check(evs, seq)
+            if len(good) != (len(evs) if type(evs) is seq else -1) and damage is not None:
+                bad = len(evs) - len(good) if type(evs) is seq else "all"
+                damage.append((path, at, f"{bad} malformed event(s) in a batch"))
+            yield meta, good
 
 
 def _file_records(path: str, data: bytes, damage: list | None):
@@ -191,42 +162,29 @@ def _file_records(path: str, data: bytes, damage: list | None):
     while at < n:
         bad = None
         if data[at:at + 4] != MAGIC:
-            if n - at < 4 and MAGIC.startswith(data[at:]):
-                bad = "torn last record"
-            else:
-                nxt = data.find(MAGIC, at + 1)
-                bad = f"{(nxt if nxt >= 0 else n) - at} unreadable byte(s)"
-        elif at + _HEAD.size > n:
-            bad = "torn last record"
-        if bad is not None:
-            if damage is not None:
-                damage.append((path, at, bad))
-            if bad == "torn last record":
-                break
-            at = data.find(MAGIC, at + 1)
-            if at < 0:
-                break
-            continue
-        _, mlen, elen, crc = _HEAD.unpack_from(data, at)
-        body, end = at + _HEAD.size, at + _HEAD.size + mlen + elen
-        nxt = -1
-        if end > n:
             nxt = data.find(MAGIC, at + 1)
-            bad = "torn last record" if nxt < 0 else "record cut short"
+            torn = n - at < 4 and MAGIC.startswith(data[at:])
+            bad = TORN if torn else f"{(nxt if nxt >= 0 else n) - at} unreadable byte(s)"
+        elif at + _HEAD.size > n:
+            bad = TORN
         else:
-            mb, eb = view[body:body + mlen], view[body + mlen:end]
-            if zlib.crc32(eb, zlib.crc32(mb)) != crc:
-                nxt = data.find(MAGIC, at + 1)
-                bad = "corrupt record (checksum mismatch)"
-        if bad is not None:
-            if damage is not None:
-                damage.append((path, at, bad))
-            if nxt < 0:
-                break
-            at = nxt
+            _, mlen, elen, crc = _HEAD.unpack_from(data, at)
+            body, end = at + _HEAD.size, at + _HEAD.size + mlen + elen
+            if end > n:
+                bad = "record cut short" if data.find(MAGIC, at + 1) >= 0 else TORN
+            else:
+                mb, eb = view[body:body + mlen], view[body + mlen:end]
+                if zlib.crc32(eb, zlib.crc32(mb)) != crc:
+                    bad = "corrupt record (checksum mismatch)"
+        if bad is None:
+            yield at, mb, eb
+            at = end
             continue
-        yield at, mb, eb
-        at = end
+        if damage is not None:
+            damage.append((path, at, bad))
+        at = -1 if bad == TORN else data.find(MAGIC, at + 1)   # resynchronise on the next record
+        if at < 0:
+            break
 
 
 def iter_batches(spill_dir: str, damage: list | None = None) -> Iterator[dict]:
@@ -234,13 +192,6 @@ def iter_batches(spill_dir: str, damage: list | None = None) -> Iterator[dict]:
     for meta, evs in iter_records(spill_dir, damage):
         meta["events"] = evs
         yield meta
-
-
-def iter_events(spill_dir: str) -> Iterator[tuple[dict, list]]:
-    """(batch meta, event) pairs in arrival order."""
-    for batch in iter_batches(spill_dir):
-        for ev in batch["events"]:
-            yield batch, ev
 
 
 def damage_summary(damage: list) -> str:
@@ -277,8 +228,8 @@ class SpillWriter:
 
     def write_raw(self, meta: dict, events: bytes) -> None:
         """A batch whose events are already a msgpack array (encoded by the shipping process)."""
-        mb = encode_meta(meta)
-        self.f.write(record(mb, events) + mb)
+        mb = msgpack.packb(meta, default=str, use_bin_type=True)
+        self.f.write(_HEAD.pack(MAGIC, len(mb), len(events), zlib.crc32(events, zlib.crc32(mb))) + mb)
         self.f.write(events)
         self.f.flush()   # each batch on disk as it arrives: a crash loses nothing received
         if self.f.tell() > self.ROTATE:
