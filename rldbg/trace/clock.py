@@ -1,18 +1,15 @@
 """One clock for the trace: each process's offset to the collector's wall clock, NTP-style.
 
-Every process records time.time_ns() of its own machine; machines disagree (by ms, or by seconds
-without NTP). The shipper's flusher thread (never the recording path) times round trips to the
-collector: it notes t0, the collector answers its receive and send times t1, t2 (its own clock),
-the shipper notes t3 on return. Then
+Machines' clocks disagree (by ms, or by seconds without NTP). The flusher thread (never the
+recording path) times round trips to the collector: t0 sent, the collector's receive and send
+times t1, t2, t3 back. Then
     offset = ((t1 - t0) + (t2 - t3)) / 2       (add to a local time to get the collector's)
     rtt    = (t3 - t0) - (t2 - t1)
 and the true offset lies within offset ± rtt / 2 whatever the path's asymmetry, so the sample with
-the smallest round trip is the best one. A few samples at connect, then one every SYNC_S; each
-batch carries the best of the last KEEP samples. The exporter shifts ALL of a process's events by
-the best estimate any of its batches carried: one shift per process keeps its spans nested (a
-per-batch shift would tear a span from its children recorded in another batch); the price is
-that a clock drifting during the run is not followed. That estimate's uncertainty (rtt / 2) per
-process ends in the trace metadata.
+the smallest round trip is the best. A few samples at connect, then one every SYNC_S; each batch
+carries the best of the last KEEP. The exporter shifts ALL of a process's events by the best
+estimate any of its batches carried: one shift per process keeps its spans nested (a per-batch
+shift would tear a span from its children), at the price of not following a drifting clock.
 """
 from __future__ import annotations
 
@@ -34,22 +31,17 @@ class ClockSync:
         self.samples: deque = deque(maxlen=KEEP)   # (rtt_ns, offset_ns)
         self.last = 0.0                            # time.monotonic() of the last attempt
 
-    def sample(self, link) -> bool:
-        """One round trip over the shipper's link (recorder.py); False when it got no answer."""
-        self.last = time.monotonic()
-        t0 = time.time_ns()
-        try:
-            t1, t2 = link.clock()
-        except Exception:
-            return False
-        t3 = time.time_ns()
-        self.samples.append(((t3 - t0) - (t2 - t1), ((t1 - t0) + (t2 - t3)) // 2))
-        return True
-
     def sync(self, link, n: int = 1) -> None:
+        """Up to `n` round trips over the shipper's link (recorder.py), until one gets no answer."""
         for _ in range(n):
-            if not self.sample(link):
-                break
+            self.last = time.monotonic()
+            t0 = time.time_ns()
+            try:
+                t1, t2 = link.clock()
+            except Exception:
+                return
+            t3 = time.time_ns()
+            self.samples.append(((t3 - t0) - (t2 - t1), ((t1 - t0) + (t2 - t3)) // 2))
 
     def due(self) -> bool:
         return time.monotonic() - self.last >= SYNC_S

@@ -1,17 +1,15 @@
-"""The collector: the one store every process ships its events to.
+"""The collector: the one store every process ships its events to, in the driver.
 
-It lives in the driver: rldbg.trace.start() makes it and a listener (trace/server.py) that every
-other process of the job connects to over TCP; the driver's own events reach it in-process. Each
-batch is persisted on arrival and the newest LIVE_KEEP events are kept in memory, as whole
-batches, for live readers (the TUI): `events_since(cursor)`, `stats()`. Memory stays bounded
-under sustained load: older batches are only on disk. Every method takes the collector's lock:
-the listener's threads (one per connected process) and the driver's own calls share it.
+Other processes reach it through the listener (trace/server.py), the driver's own events
+in-process. Each batch is persisted on arrival; the newest LIVE_KEEP events stay in memory, as
+whole batches, for live readers (the TUI: `events_since(cursor)`, `stats()`). Every method takes
+the collector's lock: the listener's threads and the driver's own calls share it.
 
-Losses: every batch carries its process's cumulative loss counts (see recorder.py) and whether it
-is the process's last (`final`). At close() the collector writes what the trace lost as events of
+Losses: every batch carries its process's cumulative loss counts (recorder.py) and whether it is
+the process's last (`final`). At close() the collector writes what the trace lost as events of
 its own (category "rldbg"): "events lost" on each affected process's track, "process stopped
-reporting" for a process that went silent without its final batch (a rank killed before its last
-flush: what it had not sent is unknown), and one "rldbg trace losses" summary on the driver track.
+reporting" for one that went silent without its final batch, and one "rldbg trace losses"
+summary on the driver track.
 """
 from __future__ import annotations
 
@@ -44,17 +42,15 @@ class Collector:
         self.closed = False
         # The flight recorder (meta["window"]) writes nothing until a trigger: no spill of the whole
         # run, only each dump's (rldbg.trace.flight).
-        self.dumps = None
-        if meta.get("window"):
-            self.writer = None
-            self.dumps = Dumps(os.path.dirname(meta.get("trace_path") or spill_dir) or ".", meta)
-        else:
-            self.writer = SpillWriter(spill_dir, meta)
+        window = meta.get("window")
+        self.writer = None if window else SpillWriter(spill_dir, meta)
+        self.dumps = Dumps(os.path.dirname(meta.get("trace_path") or spill_dir) or ".", meta) if window else None
         self.live: deque = deque()   # (cursor of first event, events)
         self.n_live = 0
         self.total = 0               # events ever received by this collector
         self.procs: dict = {}        # "host:pid" -> counts, identity, last seen, final
         self.last_ingest_ns = 0
+        self._losses: dict | None = None   # what the trace lost, once close() has counted it
 
     @_locked
     def config(self) -> dict:
@@ -164,10 +160,10 @@ class Collector:
         return cursor, out
 
     @_locked
-    def all_told_closed(self, silent: list) -> bool:
+    def all_told_closed(self) -> bool:
         """Every process still running has heard that this trace is over (so it detaches at once
-        and a later trace finds it free), the silent ones aside."""
-        gone = {s["process"] for s in silent}
+        and a later trace finds it free), the ones close() found silent aside."""
+        gone = {s["process"] for s in (self._losses or {}).get("silent", ())}
         return all(p.get("final") or p.get("told_closed") or k in gone for k, p in self.procs.items())
 
     @_locked
@@ -201,20 +197,16 @@ class Collector:
 
     @_locked
     def close(self, silent_after_ns: int = 0) -> dict:
-        """Write the loss records, close the spill; returns stats() with "losses". Called again
-        after that: {"told_closed"} (all_told_closed)."""
+        """Write the loss records and close the spill (the first call); returns stats() with "losses"."""
         if not self.closed:
             self.closed = True
-            losses = self.losses(silent_after_ns)
-            evs = self._loss_events(losses)
-            if evs and self.writer is not None:
-                self.writer.write({"pid": "rldbg", "host": "collector", "dropped": 0, "events": evs})
+            self._losses = self.losses(silent_after_ns)
             if self.writer is not None:
+                evs = self._loss_events(self._losses)
+                if evs:
+                    self.writer.write({"pid": "rldbg", "host": "collector", "dropped": 0, "events": evs})
                 self.writer.close()
-            self._losses = losses
-        elif getattr(self, "_losses", None) is not None:
-            return {"told_closed": self.all_told_closed(self._losses["silent"])}
-        return dict(self.stats(), losses=getattr(self, "_losses", None))
+        return dict(self.stats(), losses=self._losses)
 
     def _loss_events(self, losses: dict) -> list:
         now = time.time_ns()

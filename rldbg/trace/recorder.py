@@ -1,23 +1,17 @@
 """Per-process bounded recorder and the background thread that ships it to the collector.
 
 Recording appends a tuple to a deque (atomic under the GIL, no lock). A daemon flusher drains it
-every `interval` seconds and sends batches to the collector over its link: a wire.Connection to
-the driver's listener (trace/server.py), or in the driver itself a server.LocalLink. Nothing
-here ever waits on the collector while training runs: only the flusher thread waits, for one
-batch's acknowledgement at a time; what accumulates meanwhile stays in the buffer and ships on
-the next round, so a burst up to the buffer's size is shipped, not dropped
-(bench/bench_trace_loss.py measures the limits). Events are lost only when the buffer is full, a
-batch was on the wire when the connection broke, or the collector is gone; each cause is counted
-per process (`lost`) and travels, cumulative, with every batch that gets through, ending in the
-trace.
+every `interval` seconds over its link (a wire.Connection to the driver's listener, or in the
+driver a server.LocalLink), waiting for one batch's acknowledgement at a time: training never
+waits on the collector, and a burst up to the buffer's size ships on later rounds instead of
+being dropped (bench/bench_trace_loss.py). Events are lost only when the buffer is full, a batch
+was on the wire when the connection broke, or the collector is gone; each cause is counted per
+process (`lost`) and travels, cumulative, with every batch, ending in the trace.
 
-Every batch also names where its process runs (pid, host, node_id, node_ip) and carries the
-current estimate of its clock's offset to the collector (rldbg.trace.clock, measured by this
-thread at connect and every few seconds; the exporter applies it, recording stays as cheap).
-
-Every round sends something (an empty batch when there is nothing to ship): the collector tells a
-process that died (no final batch, silent since) from one that is merely idle. A process exiting
-normally sends a last batch marked final (atexit).
+Every batch names where its process runs and carries its clock offset estimate (rldbg.trace.clock).
+Every round sends something (an empty batch when there is nothing to ship), so the collector
+tells a process that died (silent, no final batch) from an idle one; a normal exit sends a last
+batch marked final (atexit).
 """
 from __future__ import annotations
 
@@ -29,6 +23,7 @@ import time
 from collections import deque
 from itertools import repeat, starmap
 
+from rldbg.context import current
 from rldbg.trace.background import lower_this_thread
 from rldbg.trace.clock import CONNECT_SAMPLES, ClockSync
 from rldbg.trace.spill import encode_events
@@ -54,7 +49,6 @@ class Recorder:
         self.buf: deque = deque()
         self.dropped = 0          # buffer full (rldbg.api's inlined emit counts here too)
         self.lost: dict = {}      # other causes -> count
-        self.recorded = 0         # shipped (acknowledged or in flight)
 
     def emit(self, ev: tuple) -> None:
         if len(self.buf) >= self.capacity:
@@ -77,15 +71,6 @@ class Recorder:
         if self.dropped:
             out[BUFFER_FULL] = self.dropped
         return out
-
-
-def _identity() -> dict:
-    try:
-        from rldbg.context import current
-        c = current()
-        return {"role": c.role, "rank": c.rank}
-    except Exception:
-        return {}
 
 
 class Shipper:
@@ -140,15 +125,14 @@ class Shipper:
             self.flush(final=True)
 
     def _meta(self, final: bool = False) -> dict:
-        lost = self.rec.losses()
+        lost, who = self.rec.losses(), current()
         # pending: what is still buffered here; stop() waits for it to reach 0 and counts the rest.
-        return dict(self.meta, **_identity(), **self.clock.meta(), dropped=sum(lost.values()), lost=lost, t_sent=time.time_ns(),
-                    final=final, pending=len(self.rec.buf))
+        return dict(self.meta, role=who.role, rank=who.rank, **self.clock.meta(), dropped=sum(lost.values()),
+                    lost=lost, t_sent=time.time_ns(), final=final, pending=len(self.rec.buf))
 
     def _send(self, meta: dict, payload: bytes, batch: list = ()) -> bool:
         """One batch, acknowledged (True), put back (the link was found broken before it went
         out) or counted lost."""
-        n = len(batch)
         try:
             got = self.link.ingest(meta, payload)
         except NotSent:
@@ -158,7 +142,7 @@ class Shipper:
         except Exception:
             # The link broke with this batch unacknowledged: whether it reached the spill is
             # unknown, so it counts as lost (it may be in the trace as well).
-            self.rec.lose(IN_FLIGHT, n)
+            self.rec.lose(IN_FLIGHT, len(batch))
             self._set_gone()
             return False
         if got == CLOSED:
@@ -166,7 +150,6 @@ class Shipper:
             self.gone_since = -GIVE_UP_S   # the trace was stopped: go quiet at once
             return False
         self.answer = got
-        self.rec.recorded += n
         return True
 
     def _set_gone(self) -> None:
@@ -181,10 +164,7 @@ class Shipper:
         if self.relookup is None or self.gone_since < 0 or time.monotonic() - self._last_look < RELOOK_S:
             return
         self._last_look = time.monotonic()
-        try:
-            link = self.relookup()
-        except Exception:
-            link = None
+        link = self.relookup()   # never raises (runtime._connect)
         if link is OTHER_SESSION:
             self.gone_since = -GIVE_UP_S   # a later trace session: stop at once, it is not ours
         elif link is not None:
@@ -196,63 +176,60 @@ class Shipper:
         """Ship what is buffered now (what is recorded meanwhile waits for the next round), then
         a heartbeat if nothing else went (or `final`: this process's last word); each batch waits
         for its acknowledgement."""
-        if isinstance(self.policy, Ring):
-            return self._flush_ring(final)
         with self._lock:
             try:
                 if self.gone:
                     self._try_relookup()
-                todo = len(self.rec.buf)
-                sent = False
-                while todo > 0 and not self.gone:
-                    batch = self.rec.drain(min(todo, BATCH))
-                    todo -= len(batch)
-                    if self.policy is not None:   # step windows: the chosen steps only
-                        batch = self.policy.select(batch)
-                        if not batch:
-                            continue
-                    # Packed here (msgpack: a few hundred ns per event, against microseconds for
-                    # JSON), not in the collector: the one collector only appends the bytes to the
-                    # spill, so it keeps up with many producers.
-                    sent = self._send(dict(self._meta(), n=len(batch)), encode_events(batch), batch) or sent
-                if self.gone and self.rec.buf and (self.relookup is None or self.gone_since < 0):
-                    # No link will come back (the trace was stopped): what is buffered never ships.
-                    # While one may (a worker connecting again), the buffer keeps it, bounded.
-                    self.rec.lose(COLLECTOR_GONE, len(self.rec.drain(len(self.rec.buf))))
-                if not self.gone and (not sent or final):
-                    # A heartbeat (and the cumulative loss count) every round, even with nothing to ship.
-                    self._send(self._meta(final), b"")
+                if isinstance(self.policy, Ring):
+                    self._flush_ring(self.policy, final)
+                else:
+                    self._flush_batches(final)
             except Exception:
                 # Ray or the interpreter shutting down under us: tracing must never take the process with it.
                 self._set_gone()
 
-    def _flush_ring(self, final: bool) -> None:
+    def _flush_batches(self, final: bool) -> None:
+        todo = len(self.rec.buf)
+        sent = False
+        while todo > 0 and not self.gone:
+            batch = self.rec.drain(min(todo, BATCH))
+            todo -= len(batch)
+            if self.policy is not None:   # step windows: the chosen steps only
+                batch = self.policy.select(batch)
+                if not batch:
+                    continue
+            # Packed here (msgpack: a few hundred ns per event, against microseconds for JSON), not in
+            # the collector: the one collector only appends the bytes to the spill, so it keeps up with
+            # many producers.
+            sent = self._send(dict(self._meta(), n=len(batch)), encode_events(batch), batch) or sent
+        if self.gone and self.rec.buf and (self.relookup is None or self.gone_since < 0):
+            # No link will come back (the trace was stopped): what is buffered never ships.
+            # While one may (a worker connecting again), the buffer keeps it, bounded.
+            self.rec.lose(COLLECTOR_GONE, len(self.rec.drain(len(self.rec.buf))))
+        if not self.gone and (not sent or final):
+            # A heartbeat (and the cumulative loss count) every round, even with nothing to ship.
+            self._send(self._meta(final), b"")
+
+    def _flush_ring(self, ring: Ring, final: bool) -> None:
         """The flight recorder's round: the new events join the window; a heartbeat tells the
         collector the newest step (and any trigger seen); a dump asked for in the answer takes the
         window (which stays for a later one)."""
-        ring = self.policy
-        with self._lock:
-            try:
-                if self.gone:
-                    self._try_relookup()
-                events = self.rec.drain(len(self.rec.buf))
-                trigger = trigger_in(events)
-                ring.add(events)
-                if self.gone:
-                    return
-                meta = dict(self._meta(final), step=ring.newest, window_events=len(ring.events))
-                if trigger:
-                    meta["trigger"] = trigger
-                self.answer = None
-                self._send(meta, b"")
-                got = self.answer if isinstance(self.answer, (list, tuple)) else ()
-                asked = got[1] if len(got) >= 2 else None
-                if len(got) >= 3 and (got[2] is None or type(got[2]) is int):
-                    ring.job_step = got[2]
-                if isinstance(asked, dict) and asked.get("dump") is not None:
-                    self._hand_over(ring, asked)
-            except Exception:
-                self._set_gone()
+        events = self.rec.drain(len(self.rec.buf))
+        trigger = trigger_in(events)
+        ring.add(events)
+        if self.gone:
+            return
+        meta = dict(self._meta(final), step=ring.newest, window_events=len(ring.events))
+        if trigger:
+            meta["trigger"] = trigger
+        self.answer = None
+        self._send(meta, b"")
+        got = self.answer if isinstance(self.answer, (list, tuple)) else ()
+        asked = got[1] if len(got) >= 2 else None
+        if len(got) >= 3 and (got[2] is None or type(got[2]) is int):
+            ring.job_step = got[2]
+        if isinstance(asked, dict) and asked.get("dump") is not None:
+            self._hand_over(ring, asked)
 
     def _hand_over(self, ring: Ring, asked: dict) -> None:
         events = ring.window(asked.get("step"))

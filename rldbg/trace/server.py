@@ -1,22 +1,15 @@
 """The collector's listener in the driver: every other process of the job ships to it over TCP.
 
-Why not a Ray actor (what the collector was until stop 31): an actor is a process of its own that
-Ray wakes 100 times a second to check for signals whatever it does (~1 ms of CPU a 200 ms demo
-step on a small VM, measured), and every batch was a Ray task (a submission, a reply, a reaping
-ray.wait: about 1 ms of CPU across threads here). In the driver, the collector costs a thread
-blocked in accept() and one blocked in recv() per connected process: nothing while idle.
+Not a Ray actor: an actor is a process Ray wakes 100 times a second whatever it does, and each
+batch would be a Ray task (~1 ms of CPU per 200 ms demo step on a small VM, measured). Here the
+collector costs a thread blocked in accept() and one blocked in recv() per connected process.
 
-Where it listens: on the driver node's Ray address (127.0.0.1 when Ray runs on loopback, as in a
-one-machine run), so a worker on any node of the cluster reaches it where it reaches Ray itself;
-RLDBG_TRACE_HOST overrides that. A random port; a connection must first present the session's
-token (32 random bytes, published with the address in the cluster's KV store, trace/address.py).
-What it accepts is trace batches and read-only queries (config, stats, live events, clock
-samples), msgpack only: nothing received is unpickled or executed. It dies with the driver;
-the spill on disk is what survives a crash (`rldbg export SPILL_DIR`).
-
-Each connection's thread runs at nice 19 like the rest of tracing's background work
-(trace/background.py), and is hidden from debugpy so that pausing the driver in a debugger does
-not pause the collection of every other process's events.
+It listens on the driver node's Ray address (RLDBG_TRACE_HOST overrides it), so a worker on any
+node reaches it where it reaches Ray, on a random port; a connection must first present the
+session's token (published with the address, trace/address.py). It accepts trace batches and
+read-only queries, msgpack only: nothing received is unpickled or executed. Its threads run at
+nice 19 (trace/background.py) and are hidden from debugpy, so pausing the driver in a debugger
+does not pause the collection of every other process's events.
 """
 from __future__ import annotations
 
@@ -30,29 +23,22 @@ from rldbg import switches
 from rldbg.trace import wire
 from rldbg.trace.background import lower_this_thread
 
-HOST_ENV = switches.TRACE_HOST   # the address the collector listens on (default: the driver node's Ray IP)
 HELLO_TIMEOUT_S = 10.0          # a peer that connects and says nothing is dropped after this
 QUERIES = ("ingest", "clock", "config", "stats", "events_since", "dump", "dump_status")   # what a peer may ask
 
 
-def new_token() -> str:
-    return secrets.token_hex(32)
-
-
-def _hide_from_debugger(thread: threading.Thread) -> None:
-    # pydevd (debugpy) neither traces nor suspends threads marked so.
-    thread.pydev_do_not_trace = True
-    thread.is_pydev_daemon_thread = True
-
-
 class CollectorServer:
-    def __init__(self, collector, host: str, token: str):
-        self.collector, self.token = collector, token
+    """Listens on RLDBG_TRACE_HOST, else the driver node's Ray IP, else loopback."""
+
+    def __init__(self, collector, ray_node_ip: str | None):
+        self.collector, self.token = collector, secrets.token_hex(32)
+        host = os.environ.get(switches.TRACE_HOST) or ray_node_ip or "127.0.0.1"
         try:
             self.sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         except (OSError, ValueError) as e:
-            raise RuntimeError(f"rldbg.trace: the trace collector cannot listen on {host!r} ({e}); set {HOST_ENV} "
-                               "to an address of this machine that every node of the cluster reaches") from None
+            raise RuntimeError(f"rldbg.trace: the trace collector cannot listen on {host!r} ({e}); set "
+                               f"{switches.TRACE_HOST} to an address of this machine that every node of the "
+                               "cluster reaches") from None
         port = self.sock.getsockname()[1]
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._conns: set = set()
@@ -62,7 +48,7 @@ class CollectorServer:
 
     def _start(self, target, name: str, *args) -> threading.Thread:
         t = threading.Thread(target=target, args=args, name=name, daemon=True)
-        _hide_from_debugger(t)
+        t.pydev_do_not_trace = t.is_pydev_daemon_thread = True   # debugpy neither traces nor suspends it
         t.start()
         return t
 
@@ -165,8 +151,3 @@ class LocalLink:
 
     def close(self) -> None:
         pass
-
-
-def listen_host(ray_node_ip: str | None) -> str:
-    """Where the collector listens: RLDBG_TRACE_HOST, else the driver node's Ray IP, else loopback."""
-    return os.environ.get(HOST_ENV) or ray_node_ip or "127.0.0.1"

@@ -1,15 +1,12 @@
 """Starting and stopping a traced run from the driver.
 
     rldbg.trace.start("runs/trace.json.gz", memory_hz=10)   # after ray.init, before creating actors
-    ... train ...
     path = rldbg.trace.stop()                                # flushes, exports, returns the trace path
 or  with rldbg.trace.tracing("runs/trace.json.gz"): ...
 
-start() creates the collector in this process with a listener for the job's other processes
-(trace/server.py), publishes where it listens (trace/address.py) and turns recording on in the
-driver; workers find the collector through the job's id (runtime.lookup). Events are spilled to
-`<trace path without .json[.gz]>.spill/` as they arrive, so a crash leaves a spill that
-`rldbg export SPILL_DIR -o trace.json` turns into a trace.
+start() creates the collector here with its listener (trace/server.py), publishes where it
+listens (trace/address.py) and turns recording on in the driver. Events are spilled to
+`<trace path without .json[.gz]>.spill/` as they arrive: after a crash, `rldbg export SPILL_DIR`.
 """
 from __future__ import annotations
 
@@ -17,27 +14,22 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import socket
 import sys
 import time
 
 from rldbg.trace import address, runtime
 from rldbg.trace.collector import Collector
-from rldbg.trace.server import CollectorServer, LocalLink, listen_host, new_token
+from rldbg.trace.server import CollectorServer, LocalLink
 
 _session: dict = {}
-_atexit_registered = False
 _last_losses: dict | None = None
 MAX_SETTLE_S = 60.0   # stop() waits at most this long for processes still draining their buffers
 
 
 def spill_dir_for(path: str) -> str:
-    base = path
-    for ext in (".json.gz", ".json"):
-        if base.endswith(ext):
-            base = base[: -len(ext)]
-            break
-    return base + ".spill"
+    return re.sub(r"\.json(\.gz)?$", "", path) + ".spill"
 
 
 def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_events: int = 1 << 20,
@@ -54,7 +46,6 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
     <directory of path>/flight-<step>-<reason>.json.gz, and stop() writes no trace of the run.
     A worker-group call counts as hung (a trigger, with every process's stacks) once it has run
     10 times its method's median and at least `hang_s` seconds."""
-    global _atexit_registered
     if not (path.endswith(".json") or path.endswith(".json.gz")):
         raise ValueError(f"trace path {path!r} must end in .json or .json.gz")
     if memory_hz < 0:
@@ -75,8 +66,8 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
         raise RuntimeError("rldbg.trace.start() needs Ray: call ray.init() first")
 
     path = os.path.abspath(path)
+    check_path_free(path)
     spill = spill_dir_for(path)
-    _check_spill_free(spill)
     job = ray.get_runtime_context().get_job_id()
     config = {"origin_ns": time.time_ns(), "job_id": job, "memory_hz": float(memory_hz),
               "buffer_events": int(buffer_events), "flush_interval": float(flush_interval), "trace_path": path,
@@ -85,7 +76,7 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
     collector = Collector(spill, config)
     server = None
     try:
-        server = CollectorServer(collector, listen_host(ray.util.get_node_ip_address()), new_token())
+        server = CollectorServer(collector, ray.util.get_node_ip_address())
         address.publish(job, {"address": server.address, "token": server.token, "origin_ns": config["origin_ns"],
                               "trace_path": path, "spill_dir": None if window else spill, "driver_pid": os.getpid(),
                               "host": config["host"]})
@@ -100,21 +91,16 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
     runtime.attach(LocalLink(collector), config, is_driver=True)
     if window:
         _hook_excepthook()
-    if not _atexit_registered:
-        atexit.register(_at_exit)
-        _atexit_registered = True
+    atexit.unregister(_at_exit)   # once per process, however many sessions
+    atexit.register(_at_exit)
     return spill
 
 
 def check_path_free(path: str) -> None:
-    """RuntimeError (one line) when a live run is writing the trace at `path` (callers validating a
-    config ask before starting anything)."""
-    _check_spill_free(spill_dir_for(os.path.abspath(path)))
-
-
-def _check_spill_free(spill: str) -> None:
-    """Two live runs must not share a spill: the second would wipe the first's events."""
+    """RuntimeError (one line) when a live run is writing the trace at `path`: two live runs must
+    not share a spill, the second would wipe the first's events."""
     from rldbg.trace.spill import meta_path
+    spill = spill_dir_for(os.path.abspath(path))
     try:
         with open(meta_path(spill)) as f:
             old = json.load(f)
@@ -140,23 +126,14 @@ def dump(reason: str = "manual", wait_s: float = 0.0, **detail) -> dict | None:
     collector = _session.get("collector")
     if collector is None:
         return None
-    shipper = runtime.STATE.shipper
-    if collector.dumps is not None and shipper is not None:
-        shipper.flush()   # what this driver recorded up to now, its newest step above all, reaches the collector first
+    if collector.dumps is not None:
+        runtime.flush()   # what this driver recorded up to now, its newest step above all, reaches the collector first
     st = collector.dump(reason, detail)
-    return wait_dump(st["id"], wait_s) if wait_s > 0 else st
-
-
-def wait_dump(did: int, wait_s: float) -> dict | None:
-    """The dump's status once written or failed, or after `wait_s`."""
-    collector = _session.get("collector")
     deadline = time.monotonic() + wait_s
-    while collector is not None:
-        st = collector.dump_status(did)
-        if st is None or st["state"] in ("written", "failed") or time.monotonic() >= deadline:
-            return st
+    while st["state"] not in ("written", "failed") and time.monotonic() < deadline:
         time.sleep(0.05)
-    return None
+        st = collector.dump_status(st["id"])
+    return st
 
 
 def _hook_excepthook() -> None:
@@ -223,7 +200,7 @@ def stop(export: bool = True, settle_s: float = 3.0, reason: str | None = None, 
         # Before the listener goes: each live process's next heartbeat hears "closed" and detaches
         # at once, so the first events of a later trace are not spent on this one.
         until = time.monotonic() + interval + 0.5
-        while time.monotonic() < until and not collector.close().get("told_closed"):
+        while time.monotonic() < until and not collector.all_told_closed():
             time.sleep(min(interval, 0.1))
     finally:
         address.withdraw(_session["config"]["job_id"])
