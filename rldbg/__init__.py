@@ -4,29 +4,18 @@ The public API is what this module exports (`__all__`); everything else under rl
 may change. A trainer, an integration or user code imports `rldbg` (or `from rldbg import NAME`) and
 nothing deeper; tests/test_import_graph.py holds the bundled trainer to that.
 
-Any Ray code (all cheap no-ops when tracing is off):
-    rldbg.span(name, **args)       context manager / decorator
-    rldbg.instant(name, **args)    a point event
-    rldbg.counter(name, **values)  a counter sample
-    rldbg.breakpoint(role=, rank=, step=, when=)
-    rldbg.current()                this call's role, rank, world, method and step
-    rldbg.set_identity(...)        name this process's role and rank for events outside the seam
+Any Ray code (cheap no-ops when tracing is off): span, instant, counter, breakpoint(role=, rank=,
+step=, when=), current() (this call's role, rank, world, method, step), set_identity(...).
 
 Running a traced job (the driver, after ray.init()):
     rldbg.trace                    start(path, ...), stop(), tracing(path), dump(why), last_dumps(), loss_line(path)
-    rldbg.control                  start(port=, gate_timeout_s=) the hub behind `rldbg top`, stop(),
-                                   release(why) a parked step gate (safe in a signal handler)
+    rldbg.control                  start(port=, gate_timeout_s=) the hub behind `rldbg top`, stop(), release(why)
     rldbg.worker_env(...) / rldbg.runtime_env(...)   every RLDBG_* switch for worker processes
-    rldbg.switches                 the name of every RLDBG_* switch (BREAKPOINTS, LISTEN_RANKS, PROFILE ...)
+    rldbg.switches                 the name of every RLDBG_* switch
 
-A dispatch layer (the seam; see the README's contract section):
-    rldbg.instrument               call_begin / call_ready / call_dispatched / call_waiting /
-                                   call_collected / call_failed, step(n), set_worker_identity,
-                                   worker_call, method_entry, post_mortem_guard, transition, ledger, enabled
-    rldbg.NonFinite                what a call with NaN/Inf output raises (sentinel mode "stop")
-    rldbg.configure_nonfinite(mode, failures_dir)    the driver's sentinel mode and failures directory
-    rldbg.check_nonfinite(role, method, step, result)  the driver's check of a merged result
-    rldbg.actor_death(err, timeout=None)   why Ray says an actor died: ActorDeath(cause, ip, pid, error)
+A dispatch layer (the seam; the README's contract section): rldbg.instrument (its __all__), and
+NonFinite, configure_nonfinite(mode, failures_dir), check_nonfinite(role, method, step, result),
+actor_death(err, timeout=None) -> ActorDeath(cause, ip, pid, error).
 
 Checking a configuration before anything starts (each raises ValueError naming the bad value):
     rldbg.parse_breakpoint(text, known_roles=, known_methods=)   ROLE.METHOD[@rank=R][,step=S][,when=EXPR]
@@ -45,7 +34,7 @@ _WHERE = {
     "span": ("rldbg.api", "span"),
     "instant": ("rldbg.api", "instant"),
     "counter": ("rldbg.api", "counter"),
-    "breakpoint": ("rldbg.api", "breakpoint"),
+    "breakpoint": ("rldbg.debug.breakpoints", "breakpoint"),
     "current": ("rldbg.context", "current"),
     "set_identity": ("rldbg.context", "set_identity"),
     "worker_env": ("rldbg.launch_env", "worker_env"),

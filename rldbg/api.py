@@ -1,4 +1,4 @@
-"""User-facing tracing and breakpoint API, for any Ray code (trainer or not).
+"""User-facing tracing API, for any Ray code (trainer or not).
 
     with rldbg.span("compute_advantages", n=len(batch)): ...
     @rldbg.span("score")                     # decorator form
@@ -8,7 +8,6 @@
 Events inherit role/rank/step/method from rldbg.context: the record of the call they run in
 (two calls at once on an async actor label their events apart). When tracing is off everything is
 a flag check; a process looks for the collector once, on its first call (see trace/runtime.py).
-breakpoint() delegates to rldbg.debug.breakpoints.
 """
 from __future__ import annotations
 
@@ -23,14 +22,6 @@ _STATE = _rt.STATE
 _now = time.time_ns
 
 
-def _on() -> bool:
-    if _STATE.on:
-        return True
-    if not _STATE.looked_up:
-        return _rt.lookup()
-    return False
-
-
 class _Span:
     """Context manager and decorator. Timing starts on __enter__, so one object may be reused."""
 
@@ -41,7 +32,7 @@ class _Span:
 
     def __enter__(self):
         # The flag first: while tracing is on, entering costs no function call besides the clock.
-        self.t0 = _now() if _STATE.on or _on() else 0
+        self.t0 = _now() if _STATE.on or (not _STATE.looked_up and _rt.lookup()) else 0
         return self
 
     def __exit__(self, et, ev, tb):
@@ -60,16 +51,14 @@ class _Span:
         return False
 
     def __call__(self, fn):
-        return _decorate(self.name, self.args, fn)
+        """fn wrapped in a new span per call."""
+        name, args = self.name, self.args
 
-
-def _decorate(name: str, args: dict, fn):
-    """fn wrapped in a new span per call."""
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
-        with _Span(name, args):
-            return fn(*a, **kw)
-    return wrapper
+        @functools.wraps(fn)
+        def wrapper(*a, **kw):
+            with _Span(name, args):
+                return fn(*a, **kw)
+        return wrapper
 
 
 class _OffSpan(_Span):
@@ -155,13 +144,3 @@ def set_clock(fn) -> None:
     """Timestamps of user events from fn() (time.time_ns by default); tests skew a process's clock."""
     global _now
     _now = fn
-
-
-def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001
-    """Pause here when this process matches role/rank/step and `when` (a bool or callable) holds;
-    see rldbg.debug.breakpoints."""
-    try:
-        from rldbg.debug.breakpoints import breakpoint as _bp
-    except ImportError:
-        return None
-    return _bp(role=role, rank=rank, step=step, when=when)

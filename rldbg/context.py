@@ -1,17 +1,14 @@
 """Who is running this code: role(s), rank, world, node, and the current step and method.
 
-Two things live here:
   * Context: role/rank/step/method of the code running now, an immutable record. Each call a
-    worker serves (rldbg.instrument.worker_call) runs under its own, set in a ContextVar for the
-    call's duration and reset after it: two calls running at once on one async or threaded actor
-    each see, and label their events and breakpoints with, their own. Code outside any call (the
-    process's own threads: the memory sampler, the shipper, a user's thread) sees the process's
-    record: the identity set_identity() gave it and, on a controller, the step it is in.
+    worker serves (rldbg.instrument.worker_call) runs under its own, in a ContextVar for the
+    call's duration: two calls running at once on one async or threaded actor each label their
+    events and breakpoints with their own. Code outside any call (the sampler, the shipper, a
+    user's thread) sees the process's record: its identity and, on a controller, its step.
   * WorkerIdentity: what a worker process IS (set once at actor start through
-    rldbg.instrument.set_worker_identity). Its label, e.g. "actor+reward[rank 1/2]", is formatted by
-    worker_label() and read back by parse_label(): rldbg owns the format, a trainer that wants its
-    actors' repr to show it calls worker_label(). rldbg's CLI finds identities through the registry
-    set_worker_identity publishes (rldbg.debug.registry), whatever a trainer's repr looks like.
+    rldbg.instrument.set_worker_identity). rldbg owns its label's format, "actor+reward[rank 1/2]"
+    (worker_label() writes it, parse_label() reads it); the CLI finds identities through the
+    registry set_worker_identity publishes, whatever a trainer's repr looks like.
 """
 from __future__ import annotations
 
@@ -63,8 +60,7 @@ def enter_call(role: str, rank: int, method: str, step, flow_id) -> Token:
     return _CALL.set(Context(role, rank, current().world_size, step, method, flow_id))
 
 
-def leave_call(token: Token) -> None:
-    _CALL.reset(token)
+leave_call = _CALL.reset   # leave_call(token): the call enter_call opened is over
 
 
 @dataclass(frozen=True)

@@ -205,12 +205,7 @@ class CallScope(CallChecks):
 
 def check_merged(role: str, method: str, step, result, args=(), kwargs=None):
     """The driver's check of what a call's ranks merged into (rank None: the merged result)."""
-    if mode() == "off":
-        return result
-    bad = find(result)
-    if bad is not None:
-        _alarm(role, None, method, step, bad, args, kwargs, result)
-    return result
+    return CallScope(role, None, method, step).returned(result, args, kwargs)
 
 
 _warned: set = set()
@@ -221,33 +216,23 @@ def _alarm(role, rank, method, step, bad, args, kwargs, out) -> None:
     saved = save_failure(role, rank, method, step, args, kwargs, output=out,
                          info={"key": key, "count": count, "numel": numel})
     from rldbg.api import instant
+    from rldbg.trace import runtime
 
     # A merged result's alarm is recorded by the controller, on its own track (whose role and rank
     # the trace's layout gives the instant): the group it came from goes in args of its own.
     merged = {"merged_from": role} if rank is None else {}
     instant(EVENT, role=role, rank=rank, method=method, step=step, key=key, count=count, numel=numel,
             saved=saved, **merged)
-    _ship_now()
+    # The alarm leaves this process now, not at the next shipping round: the process may be gone by
+    # then (stopped by NonFinite, or its actor killed with its worker group), and a flight recorder
+    # dumps sooner.
+    runtime.flush()
     err = NonFinite(role, rank, method, step, key, count, numel, saved)
     if mode() == "stop":
         raise err
     if (role, rank, method, key) not in _warned:   # warn mode: once per place, the trace has every one
         _warned.add((role, rank, method, key))
         print(f"rldbg warning: {err}", file=sys.stderr, flush=True)
-
-
-def _ship_now() -> None:
-    """The alarm leaves this process now, not at the next shipping round: the process may be gone
-    by then (stopped by NonFinite, or its actor killed when the program drops its worker group),
-    and a flight recorder dumps sooner."""
-    from rldbg.trace import runtime
-
-    shipper = runtime.STATE.shipper
-    if shipper is not None:
-        try:
-            shipper.flush()
-        except Exception:  # noqa: BLE001 - shipping must never turn an alarm into another failure
-            pass
 
 
 def alarms(instants: list) -> list[dict]:
