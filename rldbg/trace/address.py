@@ -1,11 +1,9 @@
 """Where a job's trace collector listens, published in the Ray cluster's KV store.
 
-The driver's rldbg.trace.start() puts one entry under collector_name(job_id) in namespace
-NAMESPACE: {"address", "token", "origin_ns", "trace_path", "spill_dir", "driver_pid", "host"};
-stop() removes it. Every process of the job reads it to connect (trace/runtime.py), as do the
-hub and `rldbg export --address`. The token is readable by whoever can read the cluster's KV
-store, that is whoever can already run code on the cluster: it keeps out other jobs' stray
-processes and anything else that finds the port, not the cluster's own users.
+rldbg.trace.start() puts {"address", "token", "origin_ns", "trace_path", "spill_dir", "driver_pid",
+"host"} under collector_name(job_id); stop() removes it. Every process of the job, the hub and
+`rldbg export --address` read it to connect. Whoever can read the KV store can already run code
+on the cluster: the token keeps out other jobs' stray processes, not the cluster's own users.
 """
 from __future__ import annotations
 

@@ -1,18 +1,16 @@
 """The flight recorder's dumps, on the collector's side (`trace.window=N`).
 
 Every process keeps its last N steps in memory (rldbg.trace.window.Ring) and ships nothing while
-all is well. A trigger (a process seeing a non-finite output or a rank's death in what it
-recorded, the driver seeing a call hang, a stop signal or an unhandled exception, `rldbg dump`
-from another terminal, or rldbg.trace.dump()) opens a dump here: each live process hears of it in
-the answer to its next heartbeat (one round, `flush_interval`) and ships its window into the
-dump's own spill. When every live process has answered, or SETTLE_S after the trigger, the dump
-is closed and exported to RUN/flight-<step>-<reason>.json.gz by a thread of its own; the spill is
-then removed. The trigger is an instant of its own ("rldbg flight trigger") at the time it came,
-on the track of the rank it names, which `rldbg report` names first.
+all is well. A trigger (a non-finite output or a rank's death seen by a process, a hung call, a
+stop signal or an unhandled exception in the driver, `rldbg dump`, rldbg.trace.dump()) opens a
+dump: each live process hears of it in the answer to its next heartbeat and ships its window into
+the dump's own spill. Once every live process has answered, or SETTLE_S after the trigger, a
+thread exports it to RUN/flight-<step>-<reason>.json.gz and removes the spill. The trigger is an
+instant of its own ("rldbg flight trigger") on the track of the rank it names.
 
 Dumps are rate-limited by reason: a trigger within RATE_S of the last dump for the same reason is
-counted into that dump's record, not written again (a NaN that repeats every step makes one file,
-not thousands); a trigger of another kind (the SIGTERM after it) makes its own file.
+counted into that dump (a NaN that repeats every step makes one file, not thousands); a trigger
+of another kind (the SIGTERM after it) makes its own file.
 """
 from __future__ import annotations
 

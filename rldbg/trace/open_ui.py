@@ -1,13 +1,10 @@
 """Hand a trace file to the Perfetto UI in the user's own browser, without uploading it anywhere.
 
 The UI (https://ui.perfetto.dev) loads `#!/?url=http://127.0.0.1:9001/NAME` by fetching that URL
-from the browser. Its Content-Security-Policy lets it fetch from 127.0.0.1:9001 and nothing else
-on loopback, so port 9001 is the default (the same port Perfetto's trace_processor RPC and its own
-open_trace_in_ui script use); another port only works with a self-hosted UI (`origin`).
-
-The server binds 127.0.0.1 only, answers only the one file name it was given, allows only the
-UI's origin (CORS, plus Chrome's Private Network Access preflight that a public page needs to
-reach loopback), and stops once the file has been sent completely once, or at the timeout.
+from the browser; its Content-Security-Policy allows 127.0.0.1:9001 and nothing else on loopback,
+so another port only works with a self-hosted UI (`origin`). The server binds 127.0.0.1 only,
+answers only the one file name it was given, allows only the UI's origin (CORS, plus Chrome's
+Private Network Access preflight), and stops once the file has been sent whole, or at the timeout.
 """
 from __future__ import annotations
 
@@ -71,7 +68,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def do_GET(self):
+    def do_GET(self, body: bool = True):
         if not self._is_ours():
             return self._refuse(404, "not found")
         if self.headers.get("Origin") not in (None, self.server.origin):
@@ -83,6 +80,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(size))
         self.end_headers()
+        if not body:
+            return
         sent = 0
         with self.server.path.open("rb") as f:
             while chunk := f.read(1 << 20):
@@ -94,12 +93,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.server.done.set()
 
     def do_HEAD(self):
-        if not self._is_ours():
-            return self._refuse(404, "not found")
-        self.send_response(200)
-        self._cors()
-        self.send_header("Content-Length", str(self.server.path.stat().st_size))
-        self.end_headers()
+        self.do_GET(body=False)
 
 
 class TraceServer(http.server.ThreadingHTTPServer):

@@ -1,11 +1,9 @@
 """StopFlag: how tracing's background threads sleep between rounds and hear that they must end.
 
-threading.Event.wait(timeout) goes through a Condition (a fresh waiter lock, a deque, two more
-lock round trips) on every wake-up. A traced process wakes its memory sampler 10 times a second
-for the whole run, and on a small VM each wake-up is already tens of µs of kernel time, so the
-extra work shows: a thread looping on Event.wait(0.1) used 0.67-1.16 ms of CPU a second here
-against 0.41-0.73 for one waiting on a held lock with a timeout (five alternating 4 s runs).
-The flag is that held lock: wait() tries to take it for `timeout` seconds; set() releases it.
+threading.Event.wait(timeout) goes through a Condition (a fresh waiter lock, a deque, more lock
+round trips) on every wake-up; a thread looping on Event.wait(0.1) used 0.67-1.16 ms of CPU a
+second here against 0.41-0.73 for one waiting on a held lock with a timeout. The flag is that
+held lock: wait() tries to take it for `timeout` seconds; set() releases it.
 """
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
-"""Which recorded events a process ships: all of them (a full trace), only chosen steps (step
-windows, `trace.steps=[100-110,500]`), or the last N steps held in memory until a trigger asks
-for them (the flight recorder, `trace.window=N`).
+"""Which recorded events a process ships: all of them, only chosen steps (step windows,
+`trace.steps=[100-110,500]`), or the last N steps held in memory until a trigger asks for them
+(the flight recorder, `trace.window=N`). Applied by the flusher thread, never on the recording path.
 
-Applied by the flusher thread (rldbg.trace.recorder.Shipper), never on the recording path: what a
-call, a span or a counter costs does not depend on the mode.
-
-An event's step is the step it carries; one that carries none (a memory sample, a ledger report
-between calls) belongs to the step of the event recorded before it in this process. What a
-window leaves out before its start is not lost for memory: the newest memory sample, ledger
-report and GPU counter of each series are kept and shipped at the window's start, stamped with
-its first event's time, so a window's memory tracks start at the right level.
+An event without a step (a memory sample, a ledger report between calls) belongs to the step of
+the event recorded before it in this process. The newest memory, ledger and GPU sample of each
+series before a window is shipped at the window's start, so its memory tracks start at the right level.
 """
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """How a process talks to the collector over TCP: the framing, and the client end (Connection).
 
-The collector lives in the driver (trace/server.py listens for it); every other process of the
-job holds one Connection to it, used by its flusher thread only, and the hub and `rldbg top` ask
-it for live events over one of their own.
-
-A message is HEADER then two parts: the head, msgpack (a request [op, *args], a reply
-[ok, value]), and the body, raw bytes. A batch's events travel as the body, packed by the sender
-exactly as the spill stores them (trace/spill.py), so the collector appends them to the spill
-without unpacking them. Nothing received is ever unpickled or run: msgpack only, sizes bounded.
-
-A connection opens with ["hello", token]; the collector answers [True, the session's config] or
-[False, why] and hangs up. Requests and replies then alternate, one at a time.
+A message is HEADER then the head, msgpack (a request [op, *args], a reply [ok, value]), then the
+body, raw bytes: a batch's events, packed by the sender exactly as the spill stores them, so the
+collector appends them without unpacking. Nothing received is ever unpickled or run: msgpack
+only, sizes bounded. A connection opens with ["hello", token]; the collector answers [True, the
+session's config] or [False, why] and hangs up. Requests and replies then alternate.
 """
 from __future__ import annotations
 
@@ -41,16 +35,8 @@ class Refused(WireError):
     """The collector answered, but said no (a wrong token, an unknown request)."""
 
 
-def pack(obj) -> bytes:
-    return msgpack.packb(obj, default=str, use_bin_type=True)
-
-
-def unpack(data):
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)
-
-
 def send(sock: socket.socket, head, body=b"") -> None:
-    h = pack(head)
+    h = msgpack.packb(head, default=str, use_bin_type=True)
     sock.sendall(HEADER.pack(MAGIC, len(h), len(body)) + h)
     if body:
         sock.sendall(body)
@@ -79,7 +65,7 @@ def receive(sock: socket.socket, first: bool = False):
     magic, nh, nb = HEADER.unpack(raw)
     if magic != MAGIC or nh > MAX_HEAD or nb > MAX_BODY:
         raise WireError(f"not an rldbg trace message (magic {bytes(magic)!r}, sizes {nh}/{nb})")
-    head = unpack(_exactly(sock, nh))
+    head = msgpack.unpackb(_exactly(sock, nh), raw=False, strict_map_key=False)
     return head, (bytes(_exactly(sock, nb)) if nb else b"")
 
 
