@@ -219,12 +219,10 @@ def step(n: int):
 def set_worker_identity(role: str, rank: int, world: int, *, roles=None, node_id: str | None = None,
                         node_ip: str | None = None) -> WorkerIdentity:
     """Call once at worker (actor) start: this process serves `role` (or, colocated, all of
-    `roles`, e.g. ("actor", "reward")) as `rank` of `world`. rldbg labels the process's events
-    with it, finds the trace collector, and publishes the identity in the cluster's registry
-    (Ray's internal KV, keyed by actor id) so `rldbg breakpoints / stack / top / attach` name the
-    role and rank of ANY trainer's actors, whatever their repr. node_id/node_ip default to Ray's.
-    Returns the identity; its .label ("actor+reward[rank 1/2]", rldbg.context.worker_label) is
-    what a trainer may return from its actors' __repr__ so the Ray dashboard shows it too."""
+    `roles`) as `rank` of `world`. rldbg labels the process's events with it, finds the trace
+    collector, and publishes it in the cluster's registry, so `rldbg breakpoints / stack / top /
+    attach` name any trainer's actors by role and rank. node_id/node_ip default to Ray's. Returns
+    the identity; its .label ("actor+reward[rank 1/2]") may be the actor's __repr__."""
     from rldbg.context import _roles
 
     names = _roles(roles if roles else role)
@@ -247,13 +245,10 @@ def set_worker_identity(role: str, rank: int, world: int, *, roles=None, node_id
 
 class worker_call(_CallChecks):  # noqa: N801 - used as a function: `with worker_call(...)`
     """`with worker_call(role, rank, method, tag) as scope:` this rank serves `method` for the driver
-    call `tag` (None for an untagged call): one span on role/rank's track joined to the driver's
-    send/recv, memory before and after; user spans and breakpoints inside see role/rank/step/method,
-    in a context of the call's own (rldbg.context): calls running at once on an async or threaded
-    actor each label their own events. `scope` carries role/rank/method/step and rldbg.sentinel's
-    checks: pass it the call's result (.returned) or error (.raised). A class rather than a
-    generator-based context manager: every registered call passes through it, and with tracing off
-    it costs a few attribute stores and flag checks."""
+    call `tag` (None: untagged): one span joined to the driver's send/recv, memory before and after;
+    code inside runs in a context of the call's own (rldbg.context). `scope` carries rldbg.sentinel's
+    checks: pass it the call's result (.returned) or error (.raised). A class, not a generator:
+    every registered call passes through it, and off it costs a few attribute stores and flag checks."""
 
     __slots__ = ("role", "rank", "method", "step", "tag", "token", "t0", "m0", "prof")
 
@@ -338,17 +333,11 @@ def _categories(what, kw: str) -> tuple:
 
 @contextlib.contextmanager
 def transition(name: str, frees=(), loads=(), **args):
-    """A hybrid-engine transition: its own span with memory before and after (and, when
-    RLDBG_CUDA_MEMORY_SNAPSHOT is set on a GPU, a CUDA memory snapshot around it).
-
-    Declare what it moves, in ledger categories (the names given to ledger()):
-        with transition("offload_optimizer", frees=("optimizer",)): ...
-        with transition("reload_params", loads=("params",)): ...
-    rldbg never guesses from the name: leak detection checks what a rank still holds after each
-    transition that declares `frees`, and `rldbg top` marks transitions by what they declare.
-    Report the moved categories' new sizes with ledger() inside the block: `rldbg report` then
-    sets what the ledger says moved beside what the allocator and the device did.
-    Other keyword arguments are recorded with the span."""
+    """A hybrid-engine transition: its own span with memory before and after (and, with
+    RLDBG_CUDA_MEMORY_SNAPSHOT on a GPU, a CUDA memory snapshot around it). `frees` / `loads`
+    declare what it moves in ledger categories, e.g. frees=("optimizer",): leak detection and
+    `rldbg top` read the declaration, never the name. Report the moved categories' new sizes with
+    ledger() inside the block. Other keyword arguments are recorded with the span."""
     frees, loads = _categories(frees, "frees"), _categories(loads, "loads")
     if frees:
         args[FREES] = frees
@@ -442,11 +431,9 @@ def call_waiting(call: Call, pending_ranks: list[int], waited_s: float) -> None:
     _dumped.add(tag.flow_id)
     from rldbg.trace import session
 
-    try:
+    with contextlib.suppress(Exception):   # never disturb the run
         # On the rank's track when one rank is late; on the driver's when several are (which
         # one holds the others up is for the stacks to show).
         who = {"role": tag.group, "rank": int(ranks[0])} if len(ranks) == 1 else {"group": tag.group}
         session.dump("hang", **who, method=tag.method, step=tag.step, waiting_on=[int(r) for r in ranks],
                      waited_s=round(waited_s, 1), limit_s=round(limit, 1))
-    except Exception:
-        pass   # never disturb the run

@@ -8,13 +8,10 @@ method, step, the output key and how many elements.
     scope.raised(exc, args, kwargs)         # save the inputs and the error of a failed call
     check_merged(role, method, step, result) # the driver's check of a merged result
 
-Cost: one fused isfinite().all() per floating tensor and a single host sync per output;
-elements are counted only on failure. rldbg never imports a trainer: outputs are walked
-generically (tensors, dicts, lists/tuples, objects with a `.tensors` mapping, and objects whose
-`.batch` is a mapping of tensors, as VeRL's DataProto).
-
-A failing call's inputs and output are saved (torch.save) under RLDBG_FAILURES_DIR
-(<run_dir>/failures) as <step>-<role>-<rank>-<method>/{inputs.pt, output.pt, info.json, error.txt}.
+Cost: one fused isfinite().all() per floating tensor and one host sync per output. Outputs are
+walked generically (tensors, dicts, lists/tuples, a `.tensors` mapping, a `.batch` mapping as in
+VeRL's DataProto). A failing call's inputs and output are saved under RLDBG_FAILURES_DIR as
+<step>-<role>-<rank>-<method>/{inputs.pt, output.pt, info.json, error.txt}.
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ def test_round_trip_through_the_collector_with_rotation(tmp_path, monkeypatch):
     assert c.events_since(0)[1] == [list(e) for evs in sent for e in evs]   # the live view decodes the same
     assert c.ingest(dict(meta, n=0), b"") == 0   # a heartbeat with no news: nothing written
     extra = [list(e) for e in _events(3)]
-    c.ingest({"pid": 8, "host": "h2"}, extra)   # a plain list (the collector's own records)
+    c.ingest({"pid": 8, "host": "h2", "n": len(extra)}, encode_events(extra))   # a second process
     c.close()
     files = sorted((tmp_path / "t.spill").glob("events-*.rlb"))
     assert len(files) > 3

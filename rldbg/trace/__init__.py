@@ -1,19 +1,15 @@
 """Tracing: events from every process of a Ray job into one Perfetto trace.
 
-    import rldbg
     rldbg.trace.start("trace.json.gz", memory_hz=10)   # driver, after ray.init()
-    ...
     rldbg.trace.stop()                                  # or: with rldbg.trace.tracing(path): ...
     rldbg.trace.start(path, window=20)                  # the flight recorder: the last 20 steps in memory,
     rldbg.trace.dump("manual")                          # written on a trigger (rldbg.trace.flight)
 
-Layout: events (record format) → recorder (per-process buffer + flusher) → wire (TCP) → server →
-collector (in the driver, spills to disk) → at stop, the run's store (rldbg.store: SQLite) →
-export (Chrome JSON for Perfetto) and report (analysis), both queries over the store.
+Layout: events → recorder (per-process buffer + flusher) → wire (TCP) → server → collector (in
+the driver, spills to disk) → at stop, the run's store (rldbg.store) → export and report.
 
-The session functions are looked up in rldbg.trace.session on first use, not imported with the
-package: every process that records imports rldbg.trace (through rldbg.api) and needs none of
-the session's collector and Ray glue.
+The session functions load from rldbg.trace.session on first use: every process that records
+imports rldbg.trace (through rldbg.api) and needs none of the collector and Ray glue.
 """
 _SESSION = ("start", "stop", "tracing", "collector_handle", "last_losses", "loss_line", "dump", "last_dumps")
 

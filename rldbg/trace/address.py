@@ -7,6 +7,7 @@ on the cluster: the token keeps out other jobs' stray processes, not the cluster
 """
 from __future__ import annotations
 
+import contextlib
 import json
 
 NAMESPACE = "rldbg"
@@ -24,10 +25,8 @@ def publish(job_id: str, entry: dict) -> None:
 
 def withdraw(job_id: str) -> None:
     from ray.experimental import internal_kv
-    try:
+    with contextlib.suppress(Exception):   # Ray already shut down: nothing left to find it anyway
         internal_kv._internal_kv_del(collector_name(job_id), namespace=NAMESPACE)
-    except Exception:   # Ray already shut down: nothing left to find it anyway
-        pass
 
 
 def find(job_id: str) -> dict | None:

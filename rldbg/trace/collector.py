@@ -25,6 +25,7 @@ from rldbg.trace.spill import SpillWriter, decode_events, encode_events
 LIVE_KEEP = 250_000   # events kept in memory for live queries (the TUI joins 200k back); the spill keeps all
 LOSS_CAT = "rldbg"
 UNSHIPPED = "still buffered when the trace stopped"
+NO_EVENTS = encode_events([])
 
 
 def _locked(method):
@@ -64,28 +65,22 @@ class Collector:
         return t1, time.time_ns()
 
     @_locked
-    def ingest(self, meta: dict, events) -> int:
-        """One batch: `events` is a list of events, or (what shippers send) the msgpack array of
-        them as bytes (rldbg.trace.spill) with the count in meta["n"], written to the spill as is."""
+    def ingest(self, meta: dict, events: bytes) -> int:
+        """One batch: the msgpack array of its events as the shipper packed it (rldbg.trace.spill),
+        their count in meta["n"], written to the spill as is; b"" is a heartbeat."""
         key = f"{meta.get('host')}:{meta.get('pid')}"
         if self.closed:   # closed by stop(): late batches are not part of this trace
             if key in self.procs:
                 self.procs[key]["told_closed"] = True
             return -1                # recorder.CLOSED: the sender goes quiet
-        raw = isinstance(events, (bytes, bytearray))
-        if raw and not events:   # a heartbeat: no events, nothing packed
-            events, raw = [], False
-        n = int(meta.get("n", 0)) if raw else len(events)
+        n = int(meta.get("n", 0)) if events else 0
         p = self.procs.setdefault(key, {"events": 0, "batches": 0, "dropped": 0, "lost": {}})
         changed = meta.get("lost") != p["lost"] or meta.get("final")
         if meta.get("dump") is not None and self.dumps is not None:
-            self.dumps.take(key, meta, events if raw else encode_events(events), n)
+            self.dumps.take(key, meta, events, n)
             n = 0   # a window handed over goes to its dump only
         elif (n or changed) and self.writer is not None:   # heartbeats without news are not worth a spill line
-            if raw:
-                self.writer.write_raw({k: v for k, v in meta.items() if k != "n"}, events)
-            else:
-                self.writer.write(dict(meta, events=events))
+            self.writer.write_raw({k: v for k, v in meta.items() if k != "n"}, events or NO_EVENTS)
         p["events"] += n
         p["batches"] += 1
         p["dropped"] = max(p["dropped"], meta.get("dropped", 0))
@@ -150,8 +145,7 @@ class Collector:
         for start, n, evs in self.live:
             if start + n <= cursor:
                 continue
-            if isinstance(evs, (bytes, bytearray)):
-                evs = decode_events(evs)
+            evs = decode_events(evs)
             take = evs[cursor - start: cursor - start + limit - len(out)]
             out.extend(take)
             cursor += len(take)

@@ -5,19 +5,14 @@ An event is a plain tuple (cheap to build, a msgpack array in the spill: rldbg.t
 ph:     SLICE "X" (a span), INSTANT "i", COUNTER "C" (args = {series: number}),
         DRIVER_CALL "D" (one driver call, expanded into call/dispatch/send/wait/recv slices at export).
 cat:    "call" (a rank serving a driver call), "transition", "user", "step", "memory", "ledger", "rldbg".
-ts_ns:  time.time_ns() on the recording process, its own wall clock: the exporter shifts it onto
-        the collector's (rldbg.trace.clock) and makes it relative to the trace origin.
-role, rank, step, method: who recorded it (rldbg.context); flow: the driver call's flow id
-        that joins a rank's slice to the driver's send/recv; args: a small JSON-able dict.
+ts_ns:  time.time_ns() of the recording process; the exporter shifts it onto the collector's clock.
+role, rank, step, method: who recorded it (rldbg.context); flow: the driver call's flow id that
+        joins a rank's slice to the driver's send/recv; args: a small JSON-able dict.
 
-Producers build events ONLY with the constructors below; consumers read them ONLY through
-decode() (attribute access) or to_dict() (the hub's JSON form). A constructor is one tuple
-literal, so the hot path costs what a hand-built tuple costs plus one call.
-
-A transition's args carry what it moves, declared by the trainer, never guessed from its name:
-    args["frees"]: ledger categories (or "" for untracked memory) the transition gives back
-    args["loads"]: categories it brings (back) in
-Leak detection (rldbg.memory.leaks) reads these declarations.
+Producers build events ONLY with the constructors below (one tuple literal each); consumers read
+them through decode() (attribute access) or to_dict() (the hub's JSON form). A transition's args
+declare what it moves (FREES, LOADS: ledger categories, "" for untracked memory), never guessed
+from its name: leak detection (rldbg.memory.leaks) reads these declarations.
 """
 from __future__ import annotations
 

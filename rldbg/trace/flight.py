@@ -57,10 +57,8 @@ class Dump:
 class Dumps:
     """The collector's dumps. Every method is called under the collector's lock."""
 
-    def __init__(self, run_dir: str, meta: dict, export=None, rate_s: float = RATE_S, settle_s: float = SETTLE_S):
+    def __init__(self, run_dir: str, meta: dict):
         self.run_dir, self.meta = run_dir, meta
-        self.rate_s, self.settle_s = rate_s, settle_s
-        self.export = export            # export(spill, path): defaults to rldbg.trace.export.export_spill
         self.all: list[Dump] = []
         self.open: Dump | None = None
         self.newest_step = None
@@ -71,7 +69,7 @@ class Dumps:
         detail = dict(detail or {})
         step = step if step is not None else self.newest_step
         last = next((d for d in reversed(self.all) if d.reason == reason), None)
-        if last is not None and time.monotonic() - last.t0 < self.rate_s:
+        if last is not None and time.monotonic() - last.t0 < RATE_S:
             last.coalesced += 1
             return dict(last.status(), rate_limited=True)
         name = f"flight-{step if step is not None else 'x'}-{_slug(reason)}"
@@ -117,7 +115,7 @@ class Dumps:
         if d is None:
             return
         waiting = (d.asked & live) - d.answered
-        if waiting and time.monotonic() - d.t0 < self.settle_s:
+        if waiting and time.monotonic() - d.t0 < SETTLE_S:
             return
         self.open = None
         d.writer.close()
@@ -128,10 +126,8 @@ class Dumps:
 
     def _write(self, d: Dump) -> None:
         try:
-            export = self.export
-            if export is None:
-                from rldbg.trace.export import export_spill as export
-            export(d.spill, d.path)
+            from rldbg.trace.export import export_spill
+            export_spill(d.spill, d.path)
             shutil.rmtree(d.spill, ignore_errors=True)
             d.state = "written"
         except Exception as e:   # noqa: BLE001 - a dump must never take the run with it

@@ -16,6 +16,7 @@ batch marked final (atexit).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import socket
 import threading
@@ -118,10 +119,8 @@ class Shipper:
     def _at_exit(self) -> None:
         if not self._stop.is_set():
             self._stop.set()
-            try:
+            with contextlib.suppress(OSError):   # already closed: flush() finds the link gone
                 self.link.settimeout(EXIT_TIMEOUT_S)   # a stuck collector must not hold up the exit
-            except OSError:
-                pass   # already closed: flush() finds the link gone
             self.flush(final=True)
 
     def _meta(self, final: bool = False) -> dict:
@@ -155,10 +154,8 @@ class Shipper:
     def _set_gone(self) -> None:
         if not self.gone:
             self.gone, self.gone_since = True, time.monotonic()
-            try:
+            with contextlib.suppress(Exception):
                 self.link.close()
-            except Exception:
-                pass
 
     def _try_relookup(self) -> None:
         if self.relookup is None or self.gone_since < 0 or time.monotonic() - self._last_look < RELOOK_S:
@@ -247,7 +244,4 @@ class Shipper:
             self.flush(final=True)
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
-        try:
-            self.link.close()
-        except Exception:
-            pass
+        self._set_gone()

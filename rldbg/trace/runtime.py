@@ -9,6 +9,7 @@ instant / counter. No Ray, no collector: everything stays a no-op.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -75,12 +76,10 @@ def _policy(config: dict):
 
 def ray_node() -> tuple[str, str]:
     """(node id, node IP) of this process as Ray sees it; empty strings without Ray."""
-    try:
+    with contextlib.suppress(Exception):   # where a process runs is never worth failing over
         import ray
         if ray.is_initialized():
             return ray.get_runtime_context().get_node_id() or "", ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001 - where a process runs is never worth failing over
-        pass
     return "", ""
 
 

@@ -13,6 +13,7 @@ does not pause the collection of every other process's events.
 """
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 import secrets
@@ -115,19 +116,15 @@ class CollectorServer:
         with self._lock:
             conns = list(self._conns)
         for c in conns:
-            try:
+            with contextlib.suppress(OSError):
                 c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         return len(conns)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)   # wakes the accept() blocked in its thread (Linux)
-        except OSError:
-            pass
         self.sock.close()
         self.drop_connections()
         self._thread.join(timeout=2)

@@ -145,10 +145,8 @@ def _hook_excepthook() -> None:
 
     def hook(et, ev, tb):
         if _session.get("collector") is not None and not issubclass(et, KeyboardInterrupt):
-            try:
+            with contextlib.suppress(Exception):
                 dump("exception", wait_s=DUMP_WAIT_S, error=f"{et.__name__}: {ev}"[:500])
-            except Exception:
-                pass
         previous(et, ev, tb)
 
     hook._rldbg_flight = True
@@ -278,7 +276,5 @@ def collector_handle():
 
 
 def _at_exit() -> None:
-    try:
+    with contextlib.suppress(Exception):
         stop()
-    except Exception:
-        pass

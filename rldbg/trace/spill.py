@@ -4,20 +4,17 @@ A spill directory holds `meta.json` (origin, job, config) and `events-<n>.rlb`, 
 appended one per batch, each:
 
     MAGIC (4 bytes, b"\\xc1RLB") | meta_len, events_len, crc32 (3 x uint32 little-endian) |
-    meta (msgpack map) | events (msgpack array of 11-field arrays)
+    meta (msgpack map) | events (msgpack array of 11-field arrays: rldbg.trace.events)
 
-meta: {"pid", "host", "dropped", "lost", ...} plus where the process runs ("node_id", "node_ip")
-and its clock estimate when it sent the batch ("clock_offset_ns", "clock_rtt_ns":
-rldbg.trace.clock). events: [[ph, cat, name, ts, dur, role, rank, step, method, flow, args], ...]
-(rldbg.trace.events), packed by the shipping process and written by the collector as is. crc32
-covers meta then events. 0xc1 is a byte msgpack never uses, so a reader that lost its place
-resynchronises on the next MAGIC. A new trace starts a fresh spill (old event files are removed,
-never appended to).
+meta: {"pid", "host", "dropped", "lost", ...}, where the process runs ("node_id", "node_ip") and
+its clock estimate ("clock_offset_ns", "clock_rtt_ns": rldbg.trace.clock). The events are packed
+by the shipping process and written as is; crc32 covers meta then events. 0xc1 is a byte msgpack
+never uses, so a reader that lost its place resynchronises on the next MAGIC. A new trace starts
+a fresh spill (old event files are removed, never appended to).
 
-Reading is damage-tolerant: a torn last record, garbage, a record whose checksum or msgpack does
-not hold, or a malformed event is skipped and, when a `damage` list is passed, recorded there as
-(file, byte offset, what): everything valid before and after it still loads. A spill written by
-an older rldbg (JSON lines, events-<n>.jsonl) is refused with one line saying so.
+Reading is damage-tolerant: a torn last record, garbage, a bad checksum or msgpack, a malformed
+event is skipped and, given a `damage` list, noted there as (file, byte offset, what); everything
+valid around it still loads. A spill in the older JSON-lines format is refused in one line.
 """
 from __future__ import annotations
 

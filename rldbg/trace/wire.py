@@ -8,6 +8,7 @@ session's config] or [False, why] and hangs up. Requests and replies then altern
 """
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import struct
@@ -129,7 +130,5 @@ class Connection:
         self.sock.settimeout(seconds)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
