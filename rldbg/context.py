@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import re
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
 
@@ -104,6 +105,9 @@ def _roles(role) -> tuple:
     return roles
 
 
+_LABEL = re.compile(r"(.+)\[rank ([0-9]+)/([0-9]+)\]")
+
+
 def worker_label(roles, rank: int, world: int) -> str:
     """("actor", "reward"), 1, 2 -> "actor+reward[rank 1/2]" (a str role may already hold "+")."""
     return f"{'+'.join(_roles(roles))}[rank {int(rank)}/{int(world)}]"
@@ -112,15 +116,9 @@ def worker_label(roles, rank: int, world: int) -> str:
 def parse_label(text: str | None) -> WorkerIdentity | None:
     """"actor+reward[rank 1/2]" -> WorkerIdentity(("actor", "reward"), 1, 2); None for anything
     worker_label() did not produce."""
-    text = (text or "").strip()
-    head, sep, tail = text.partition("[rank ")
-    if not sep or not head or not tail.endswith("]"):
-        return None
-    rank, slash, world = tail[:-1].partition("/")
-    if not (slash and rank.isdigit() and world.isdigit()):
-        return None
+    m = _LABEL.fullmatch((text or "").strip())
     try:
-        return WorkerIdentity(_roles(head), int(rank), int(world))
+        return None if m is None else WorkerIdentity(_roles(m[1]), int(m[2]), int(m[3]))
     except ValueError:
         return None
 

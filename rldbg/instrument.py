@@ -132,20 +132,14 @@ def _mem_value(m: dict) -> int:
 
 # ---- driver -------------------------------------------------------------------------------
 
-def _join_controller() -> None:
-    """A controller in a Ray actor (VeRL's TaskRunner) joins the job's hub and numbers its calls
-    apart from every other controller's."""
-    global _flow_ids
-    ids = _controller.join()
-    if ids is not None:
-        _flow_ids = ids
-
-
 def call_begin(group: str, method: str, mode: str, world: int, step: int | None = None) -> Call:
     """Open a driver call of `group.method` on `world` ranks (`mode`: the dispatch mode, free text).
     Send `call.tag` with the call to every rank (for worker_call / method_entry)."""
+    global _flow_ids
     if _gate._gate is None and _controller.due():
-        _join_controller()
+        # A controller in a Ray actor (VeRL's TaskRunner) joins the job's hub and numbers its calls
+        # apart from every other controller's.
+        _flow_ids = _controller.join() or _flow_ids
     on = _rt.STATE.on
     version, texts = _gate.current_specs()
     specs = (version, tuple(texts)) if version else None

@@ -17,10 +17,8 @@ from rldbg.switches import (BREAKPOINTS, CUDA_MEMORY_SNAPSHOT, FAILURES_DIR, LIS
                             ON_NONFINITE, POST_MORTEM, PROFILE, WORKER_SWITCHES)
 
 
-def _joined(values, sep: str = ",") -> str:
-    if isinstance(values, str):
-        return values
-    return sep.join(str(v) for v in values)
+def _joined(values) -> str:
+    return values if isinstance(values, str) else ",".join(map(str, values))
 
 
 def worker_env(*, breakpoints=(), post_mortem: bool = False, listen_roles=(), listen_ranks=(),

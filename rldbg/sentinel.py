@@ -74,8 +74,6 @@ def mode() -> str:
     return _mode[0]
 
 
-# ---- the check ------------------------------------------------------------------------------
-
 def _tensors(obj, prefix: str = "", depth: int = 0):
     """(key, tensor) for every floating tensor in obj, walked generically."""
     torch = sys.modules.get("torch")
@@ -127,8 +125,6 @@ def find(obj):
     return None
 
 
-# ---- failures on disk -----------------------------------------------------------------------
-
 def failures_dir() -> str | None:
     return _failures[0] or os.environ.get(switches.FAILURES_DIR) or None
 
@@ -160,8 +156,6 @@ def save_failure(role: str, rank, method: str, step, args=(), kwargs=None, outpu
 def post_mortem_on() -> bool:
     return any(os.environ.get(k, "") not in ("", "0") for k in (switches.POST_MORTEM, switches.RAY_POST_MORTEM))
 
-
-# ---- hooks ----------------------------------------------------------------------------------
 
 class CallChecks:
     """What a registered call's scope checks: its output (returned) and its error (raised). Reads

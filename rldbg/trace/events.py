@@ -51,8 +51,6 @@ class Event(NamedTuple):
     args: dict | None
 
 
-# ---- constructors (the only way rldbg builds an event) ---------------------------------------
-
 def slice_event(cat: str, name: str, ts_ns: int, dur_ns: int, role: str, rank: int, step, method,
                 flow=None, args: dict | None = None) -> tuple:
     """A span [ts_ns, ts_ns + dur_ns) on role/rank's track."""
@@ -92,14 +90,7 @@ def driver_call_event(name: str, ts_ns: int, dur_ns: int, step, method: str, flo
     return (DRIVER_CALL, "call", name, ts_ns, dur_ns, "driver", 0, step, method, flow, args)
 
 
-# ---- the decoder --------------------------------------------------------------------------
-
-_make = Event._make
-
-
-def decode(ev) -> Event:
-    """Any stored form of an event (the tuple recorded, or the list a spill holds) -> Event."""
-    return _make(ev)
+decode = Event._make   # any stored form of an event (the tuple recorded, the list a spill holds) -> Event
 
 
 def to_dict(ev) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import http.server
 import os
+import shutil
 import threading
 import time
 import urllib.parse
@@ -35,21 +36,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):   # the command prints its own one-line progress
         pass
 
-    def _cors(self) -> None:
+    def _head(self, code: int, length: int, headers: dict) -> None:
+        self.send_response(code)
         origin = self.headers.get("Origin")
         if origin == self.server.origin:
             self.send_header("Access-Control-Allow-Origin", origin)
             self.send_header("Vary", "Origin")
             self.send_header("Access-Control-Allow-Private-Network", "true")
-        self.send_header("Cache-Control", "no-cache")
+        for name, value in dict(headers, **{"Cache-Control": "no-cache", "Content-Length": str(length)}).items():
+            self.send_header(name, value)
+        self.end_headers()
 
     def _refuse(self, code: int, why: str) -> None:
         body = why.encode()
-        self.send_response(code)
-        self._cors()
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
+        self._head(code, len(body), {"Content-Type": "text/plain; charset=utf-8"})
         self.wfile.write(body)
 
     def _is_ours(self) -> bool:
@@ -59,14 +59,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_OPTIONS(self):   # CORS / Private Network Access preflight
         if not self._is_ours():
             return self._refuse(404, "not found")
-        self.send_response(204)
-        self._cors()
-        self.send_header("Access-Control-Allow-Methods", "GET, OPTIONS")
-        req = self.headers.get("Access-Control-Request-Headers")
-        if req:
-            self.send_header("Access-Control-Allow-Headers", req)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
+        allow = {"Access-Control-Allow-Methods": "GET, OPTIONS"}
+        if req := self.headers.get("Access-Control-Request-Headers"):
+            allow["Access-Control-Allow-Headers"] = req
+        self._head(204, 0, allow)
 
     def do_GET(self, body: bool = True):
         if not self._is_ours():
@@ -74,21 +70,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.headers.get("Origin") not in (None, self.server.origin):
             # A page from another origin cannot read the trace (no CORS grant); say so to a human.
             return self._refuse(403, f"only {self.server.origin} may fetch this trace")
-        size = self.server.path.stat().st_size
-        self.send_response(200)
-        self._cors()
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(size))
-        self.end_headers()
-        if not body:
-            return
-        sent = 0
-        with self.server.path.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                self.wfile.write(chunk)
-                sent += len(chunk)
-        self.wfile.flush()
-        if sent == size:
+        self._head(200, self.server.path.stat().st_size, {"Content-Type": "application/octet-stream"})
+        if body:
+            with self.server.path.open("rb") as f:
+                shutil.copyfileobj(f, self.wfile, 1 << 20)   # raises if the client goes before the end
+            self.wfile.flush()
             self.server.fetched_by = self.headers.get("User-Agent", "a client")
             self.server.done.set()
 

@@ -1,11 +1,9 @@
 """Process-local tracing state: is tracing on here, the recorder, and finding the collector.
 
-Discovery: a process is traced once it has connected to the collector, whose address the driver
-publishes in the cluster's KV store under the job's id (trace/address.py). Workers look it up once in
-instrument.set_worker_identity; a CallTag from a traced driver carries traced=True, so a worker
-created before tracing started looks again on its first traced call (at most once a second;
-untagged calls re-check every RECHECK_S); plain Ray code looks it up on its first rldbg.span /
-instant / counter. No Ray, no collector: everything stays a no-op.
+A process is traced once it has connected to the collector the driver publishes under the job's
+id (trace/address.py). Workers look in set_worker_identity, and again on a traced driver's call
+(CallTag.traced) when they started before tracing did; untagged calls re-check every RECHECK_S;
+plain Ray code looks on its first span / instant / counter. No Ray, no collector: all no-ops.
 """
 from __future__ import annotations
 
@@ -130,7 +128,7 @@ def flush() -> None:
         shipper.flush()
 
 
-def lookup(force: bool = False, recheck_s: float = RECHECK_S, session: int = 0) -> bool:
+def lookup(force: bool = False, session: int = 0) -> bool:
     """Find this job's collector; attach if it exists. Cheap after the first call. `session`
     (from a traced driver's call) forces one look per new session, however recently the last
     look was: a worker created a moment before tracing started must not miss its first calls;
@@ -139,11 +137,9 @@ def lookup(force: bool = False, recheck_s: float = RECHECK_S, session: int = 0) 
         if not session or session == STATE.config.get("origin_ns") or STATE.is_driver:
             return True
         detach(flush=False)   # a traced call from a newer session: the old collector is gone
-    now = time.monotonic()
+    now, recheck_s = time.monotonic(), 1.0 if session else RECHECK_S
     if session and session != STATE.session_seen:
         STATE.session_seen, force = session, True
-    elif session:
-        recheck_s = 1.0
     if STATE.looked_up and not force and now - STATE.last_lookup < recheck_s:
         return False
     STATE.looked_up, STATE.last_lookup = True, now

@@ -35,17 +35,13 @@ def spill_dir_for(path: str) -> str:
 def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_events: int = 1 << 20,
           flush_interval: float = 1.0, profile_dir: str | None = None, window: int = 0, steps=None,
           hang_s: float = 60.0) -> str:
-    """Begin tracing this Ray job; returns the spill directory. torch.profiler traces found in
-    `profile_dir` at stop() are merged into the exported trace. Each process ships its events
-    every `flush_interval` seconds: on 2 busy cores 0.1 s cost ≈ 8% of a demo step, 1 s is
-    within noise (bench/bench_trace_overhead.py); a crash loses at most that much.
-
-    `steps` ("100-110,500", or a list of steps and "A-B" ranges): record only those steps.
-    `window` N > 0: the flight recorder. Every process keeps its last N steps in memory and
-    nothing is written until a trigger (rldbg.trace.flight); then each dump is
-    <directory of path>/flight-<step>-<reason>.json.gz, and stop() writes no trace of the run.
-    A worker-group call counts as hung (a trigger, with every process's stacks) once it has run
-    10 times its method's median and at least `hang_s` seconds."""
+    """Begin tracing this Ray job; returns the spill directory. torch.profiler traces in
+    `profile_dir` are merged into the exported trace. Each process ships its events every
+    `flush_interval` s (on 2 busy cores 0.1 s cost ≈ 8% of a demo step, 1 s is within noise:
+    bench/bench_trace_overhead.py); a crash loses at most that much. `steps` ("100-110,500"):
+    record only those steps. `window` N > 0: the flight recorder (rldbg.trace.flight), the last N
+    steps in memory, written only on a trigger as <dir of path>/flight-<step>-<reason>.json.gz; a
+    call then counts as hung once it has run 10 times its method's median and at least `hang_s`."""
     if not (path.endswith(".json") or path.endswith(".json.gz")):
         raise ValueError(f"trace path {path!r} must end in .json or .json.gz")
     if memory_hz < 0:

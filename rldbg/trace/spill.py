@@ -21,6 +21,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import struct
 import zlib
 from operator import itemgetter
@@ -62,12 +63,10 @@ def read_meta(spill_dir: str) -> dict:
 
 
 def _files(spill_dir: str, ext: str) -> list[str]:
-    def num(p):
-        try:
-            return int(os.path.basename(p)[len("events-"):-len(ext)])
-        except ValueError:
-            return -1
-    return sorted((p for p in glob.glob(os.path.join(spill_dir, "events-*" + ext)) if num(p) >= 0), key=num)
+    """events-<n><ext> of the spill, by n."""
+    found = {p: re.fullmatch(r"events-([0-9]+)" + re.escape(ext), os.path.basename(p))
+             for p in glob.glob(os.path.join(spill_dir, "events-*" + ext))}
+    return sorted((p for p, m in found.items() if m), key=lambda p: int(found[p][1]))
 
 
 def event_files(spill_dir: str) -> list[str]:

@@ -67,10 +67,7 @@ class _Steps:
         """The kept state as counter events at `ts`, one per (track, series), merged by track."""
         by_track: dict = {}
         for (cat, name, role, rank, series), (ev, v) in (self.state if state is None else state).items():
-            key = (cat, name, role, rank)
-            if key not in by_track:
-                by_track[key] = (ev, {})
-            by_track[key][1][series] = v
+            by_track.setdefault((cat, name, role, rank), (ev, {}))[1][series] = v
         return [(COUNTER, cat, name, ts, 0, role, rank, ev[STEP], None, None, values)
                 for (cat, name, role, rank), (ev, values) in by_track.items()]
 
@@ -123,7 +120,6 @@ class Ring:
         self.steps = _Steps()
         self.newest: int | None = None
         self.job_step: int | None = None   # the job's newest step, as the collector last said
-        self.dropped = 0               # events beyond the capacity (the oldest go first)
 
     def add(self, events: list) -> None:
         for ev in events:
@@ -139,10 +135,9 @@ class Ring:
         ring, remember = self.events, self.steps.remember
         oldest = None if self.newest is None else self.newest - 2 * self.n + 1
         since = ring[-1][1][TS] - MARGIN_NS if ring else 0
+        # Beyond the capacity the oldest events go first.
         while ring and (len(ring) > self.capacity or (oldest is not None and ring[0][1][TS] < since
                                                       and (ring[0][0] is None or ring[0][0] < oldest))):
-            if len(ring) > self.capacity:
-                self.dropped += 1
             remember(ring.popleft()[1])
 
     def window(self, upto: int | None = None) -> list:
