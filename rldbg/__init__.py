@@ -4,24 +4,12 @@ The public API is what this module exports (`__all__`); everything else under rl
 may change. A trainer, an integration or user code imports `rldbg` (or `from rldbg import NAME`) and
 nothing deeper; tests/test_import_graph.py holds the bundled trainer to that.
 
-Any Ray code (cheap no-ops when tracing is off): span, instant, counter, breakpoint(role=, rank=,
-step=, when=), current() (this call's role, rank, world, method, step), set_identity(...).
-
-Running a traced job (the driver, after ray.init()):
-    rldbg.trace                    start(path, ...), stop(), tracing(path), dump(why), last_dumps(), loss_line(path)
-    rldbg.control                  start(port=, gate_timeout_s=) the hub behind `rldbg top`, stop(), release(why)
-    rldbg.worker_env(...) / rldbg.runtime_env(...)   every RLDBG_* switch for worker processes
-    rldbg.switches                 the name of every RLDBG_* switch
-
-A dispatch layer (the seam; the README's contract section): rldbg.instrument (its __all__), and
-NonFinite, configure_nonfinite(mode, failures_dir), check_nonfinite(role, method, step, result),
-actor_death(err, timeout=None) -> ActorDeath(cause, ip, pid, error).
-
-Checking a configuration before anything starts (each raises ValueError naming the bad value):
-    rldbg.parse_breakpoint(text, known_roles=, known_methods=)   ROLE.METHOD[@rank=R][,step=S][,when=EXPR]
-    rldbg.parse_ranks(text, what)          "1", "0,1", "0-3", "*" -> ranks (None: every rank)
-    rldbg.parse_steps(spec)                trace step windows, "100-110,500"
-    rldbg.check_trace_path(path)           RuntimeError when a live run writes the trace at `path`
+    span / instant / counter / breakpoint / current / set_identity   any Ray code (no-ops when not tracing)
+    trace, control, worker_env, runtime_env, switches                running a traced job (the driver)
+    instrument, NonFinite, configure_nonfinite, check_nonfinite,      a dispatch layer (the seam; the
+    actor_death, ActorDeath                                           README's contract section)
+    parse_breakpoint, parse_ranks, parse_steps, check_trace_path      checking a configuration before
+                                                                      anything starts (one-line errors)
 
 Names load on first use, so `import rldbg` (and `import rldbg.switches` from VeRL's plugin hook in
 every VeRL process) costs next to nothing until a process records or debugs.

@@ -1,7 +1,6 @@
 """User-facing tracing API, for any Ray code (trainer or not).
 
-    with rldbg.span("compute_advantages", n=len(batch)): ...
-    @rldbg.span("score")                     # decorator form
+    with rldbg.span("compute_advantages", n=len(batch)): ...     # or @rldbg.span("score")
     rldbg.instant("eval_done", acc=0.9)
     rldbg.counter("throughput", tokens_per_s=1234.0)
 

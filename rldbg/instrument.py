@@ -52,6 +52,7 @@ _flow_ids = itertools.count(1)
 HANG_FACTOR = 10.0
 _durations: dict = collections.defaultdict(lambda: collections.deque(maxlen=50))
 _dumped: set = set()
+_specs_seen = [0]   # the version of the live breakpoint specs this process applied last
 _now = time.time_ns
 _monotonic = time.monotonic
 _STATE = _rt.STATE
@@ -124,10 +125,7 @@ def _mem_value(m: dict) -> int:
     """The one figure a slice's mem_before/mem_after carry: the device's used bytes where the sample
     has them (a transition's edges), else what the allocator reserved (a GPU call's edges, which
     take no driver call), else RSS."""
-    v = m.get("device_used")
-    if v is None:
-        v = m.get("cuda_reserved", m["rss"])
-    return v
+    return m["device_used"] if m.get("device_used") is not None else m.get("cuda_reserved", m["rss"])
 
 
 # ---- driver -------------------------------------------------------------------------------
@@ -254,8 +252,10 @@ class worker_call(_CallChecks):  # noqa: N801 - used as a function: `with worker
         on = st.on
         if tag is not None:
             step, flow = tag.step, tag.flow_id
-            if tag.specs and tag.specs[0] != _specs_seen[0]:
-                _apply_live_specs(tag.specs)
+            if tag.specs and tag.specs[0] != _specs_seen[0]:   # breakpoints set live through the hub
+                from rldbg.debug.breakpoints import set_active_specs
+                set_active_specs(list(tag.specs[1]))
+                _specs_seen[0] = tag.specs[0]
             if not on and tag.traced:
                 on = _rt.lookup(session=tag.traced)   # tracing started after this actor did
         else:
@@ -302,16 +302,6 @@ class worker_call(_CallChecks):  # noqa: N801 - used as a function: `with worker
                 _rt.emit(memory_event(t1, self.role, self.rank, self.step, self.method, m1))
         finally:
             _leave_call(self.token)
-
-
-_specs_seen = [0]
-
-
-def _apply_live_specs(specs: tuple) -> None:
-    from rldbg.debug.breakpoints import set_active_specs
-
-    set_active_specs(list(specs[1]))
-    _specs_seen[0] = specs[0]
 
 
 def _categories(what, kw: str) -> tuple:

@@ -1,13 +1,10 @@
 """The environment a trainer starts its worker processes with: every RLDBG_* switch a worker reads
-(names in rldbg.switches), validated on the driver.
+(names in rldbg.switches), validated on the driver so a bad spec fails before any worker starts.
 
     env = rldbg.worker_env(breakpoints=["actor.update_actor@rank=1"], post_mortem=True,
                            listen_roles=["actor"], listen_ranks=[1],
                            profile={"dir": "runs/x/profile", "roles": ["critic"], "steps": [2]})
     MyWorker.options(runtime_env={"env_vars": env}).remote(...)
-
-Values are validated here, on the driver, so a bad spec fails before any worker starts (one line,
-ValueError). Switches already set in the driver's environment travel too unless given explicitly.
 """
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """The non-finite sentinel: every registered call's tensor outputs (and the driver's merged
 result) are checked for NaN/Inf, and the first bad value is named where it appeared: role, rank,
-method, step, the output key and how many elements.
-
-    mode()                                  # "stop" | "warn" | "off" (RLDBG_ON_NONFINITE, default stop)
-    scope = CallScope(role, rank, method, step)   # what rldbg.instrument.worker_call yields
-    scope.returned(out, args, kwargs)       # check a call's output; raises NonFinite in stop mode
-    scope.raised(exc, args, kwargs)         # save the inputs and the error of a failed call
-    check_merged(role, method, step, result) # the driver's check of a merged result
+method, step, the output key and how many elements. mode() is "stop" | "warn" | "off"
+(RLDBG_ON_NONFINITE, default stop); CallScope(role, rank, method, step) is what worker_call yields
+(.returned(out) checks, .raised(exc) saves); check_merged() is the driver's check.
 
 Cost: one fused isfinite().all() per floating tensor and one host sync per output. Outputs are
 walked generically (tensors, dicts, lists/tuples, a `.tensors` mapping, a `.batch` mapping as in
@@ -125,15 +121,11 @@ def find(obj):
     return None
 
 
-def failures_dir() -> str | None:
-    return _failures[0] or os.environ.get(switches.FAILURES_DIR) or None
-
-
 def save_failure(role: str, rank, method: str, step, args=(), kwargs=None, output=None,
                  error: str | None = None, info: dict | None = None) -> str | None:
     """Write a failing call's inputs, output and error under the failures directory; returns
     the directory (None when none is configured, or when saving failed: it never masks the error)."""
-    root = failures_dir()
+    root = _failures[0] or os.environ.get(switches.FAILURES_DIR)
     if not root:
         return None
     where = Path(root) / f"{'init' if step is None else step}-{role}-{'merged' if rank is None else rank}-{method}"

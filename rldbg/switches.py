@@ -1,9 +1,7 @@
 """Every RLDBG_* environment switch, named once: the rest of rldbg, the trainer and the VeRL plugin
-import the name from here (tests/test_import_graph.py fails on a second spelling).
-
-A leaf module, importing nothing: every module may read its names without an import circle, and
-VeRL's plugin hook (rldbg_verl_plugin.py, run by `import verl` in each of its processes) pays for
-this file alone. Building a worker's environment from these is rldbg.launch_env (rldbg.worker_env).
+import the name from here (tests/test_import_graph.py fails on a second spelling). A leaf module,
+importing nothing: VeRL's plugin hook (run by `import verl` in each of its processes) pays for
+this file alone. A worker's environment is built from these by rldbg.launch_env.
 """
 
 # What a worker reads (worker_env passes them on):

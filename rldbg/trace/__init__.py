@@ -1,15 +1,12 @@
 """Tracing: events from every process of a Ray job into one Perfetto trace.
 
-    rldbg.trace.start("trace.json.gz", memory_hz=10)   # driver, after ray.init()
-    rldbg.trace.stop()                                  # or: with rldbg.trace.tracing(path): ...
+    rldbg.trace.start("trace.json.gz", memory_hz=10)   # driver, after ray.init(); then stop(), or tracing(path)
     rldbg.trace.start(path, window=20)                  # the flight recorder: the last 20 steps in memory,
     rldbg.trace.dump("manual")                          # written on a trigger (rldbg.trace.flight)
 
 Layout: events → recorder (per-process buffer + flusher) → wire (TCP) → server → collector (in
-the driver, spills to disk) → at stop, the run's store (rldbg.store) → export and report.
-
-The session functions load from rldbg.trace.session on first use: every process that records
-imports rldbg.trace (through rldbg.api) and needs none of the collector and Ray glue.
+the driver, spills to disk) → at stop, the run's store (rldbg.store) → export and report. The
+session functions load on first use: a recording process needs none of the collector's Ray glue.
 """
 _SESSION = ("start", "stop", "tracing", "collector_handle", "last_losses", "loss_line", "dump", "last_dumps")
 

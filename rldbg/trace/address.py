@@ -32,8 +32,7 @@ def withdraw(job_id: str) -> None:
 def find(job_id: str) -> dict | None:
     """This job's entry, or None when it is not traced (any process connected to Ray)."""
     from ray.experimental import internal_kv
-    raw = internal_kv._internal_kv_get(collector_name(job_id), namespace=NAMESPACE)
-    return _entry(raw)
+    return _entry(internal_kv._internal_kv_get(collector_name(job_id), namespace=NAMESPACE))
 
 
 def find_all() -> dict:

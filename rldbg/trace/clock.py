@@ -1,8 +1,7 @@
 """One clock for the trace: each process's offset to the collector's wall clock, NTP-style.
 
-Machines' clocks disagree (by ms, or by seconds without NTP). The flusher thread (never the
-recording path) times round trips to the collector: t0 sent, the collector's receive and send
-times t1, t2, t3 back. Then
+The flusher thread (never the recording path) times round trips to the collector: t0 sent, the
+collector's receive and send times t1, t2, t3 back. Then
     offset = ((t1 - t0) + (t2 - t3)) / 2       (add to a local time to get the collector's)
     rtt    = (t3 - t0) - (t2 - t1)
 and the true offset lies within offset ± rtt / 2 whatever the path's asymmetry, so the sample with

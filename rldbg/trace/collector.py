@@ -1,15 +1,13 @@
 """The collector: the one store every process ships its events to, in the driver.
 
 Other processes reach it through the listener (trace/server.py), the driver's own events
-in-process. Each batch is persisted on arrival; the newest LIVE_KEEP events stay in memory, as
-whole batches, for live readers (the TUI: `events_since(cursor)`, `stats()`). Every method takes
-the collector's lock: the listener's threads and the driver's own calls share it.
+in-process. Each batch is persisted on arrival; the newest LIVE_KEEP events stay in memory for
+live readers (the TUI). The listener's threads and the driver share it under its lock.
 
-Losses: every batch carries its process's cumulative loss counts (recorder.py) and whether it is
-the process's last (`final`). At close() the collector writes what the trace lost as events of
-its own (category "rldbg"): "events lost" on each affected process's track, "process stopped
-reporting" for one that went silent without its final batch, and one "rldbg trace losses"
-summary on the driver track.
+Losses: every batch carries its process's cumulative loss counts and whether it is the last
+(`final`). At close() the collector writes what the trace lost as events of its own (category
+"rldbg"): "events lost" on each affected track, "process stopped reporting" for one that went
+silent without its final batch, and one "rldbg trace losses" summary on the driver track.
 """
 from __future__ import annotations
 
@@ -17,8 +15,9 @@ import functools
 import os
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 
+from rldbg.trace.events import instant_event
 from rldbg.trace.flight import LIVE_S, REASONS, Dumps
 from rldbg.trace.spill import SpillWriter, decode_events, encode_events
 
@@ -61,8 +60,7 @@ class Collector:
     def clock(self) -> tuple:
         """(receive, send) times on this clock: one round trip of a shipper's offset estimate
         (rldbg.trace.clock). The collector's clock is the trace's one clock."""
-        t1 = time.time_ns()
-        return t1, time.time_ns()
+        return time.time_ns(), time.time_ns()
 
     @_locked
     def ingest(self, meta: dict, events: bytes) -> int:
@@ -172,22 +170,19 @@ class Collector:
     def losses(self, silent_after_ns: int) -> dict:
         """What the trace lost: {"total", "by_cause", "processes": {key: {...}}, "silent": [...]}.
         A process is silent when its last batch is older than `silent_after_ns` and was not final."""
-        by_cause: dict = {}
-        procs, silent = {}, []
+        by_cause, procs, silent = Counter(), {}, []
         for key, p in self.procs.items():
             causes = dict(p["lost"])
             if p.get("pending"):   # buffered there when it last reported, never shipped
                 causes[UNSHIPPED] = causes.get(UNSHIPPED, 0) + p["pending"]
-            for cause, n in causes.items():
-                by_cause[cause] = by_cause.get(cause, 0) + n
+            by_cause.update(causes)
             n = sum(causes.values())
             who = {"process": key, "role": p.get("role"), "rank": p.get("rank")}
             if n:
                 procs[key] = dict(who, lost=n, causes=causes)
             if not p.get("final") and p.get("last_seen_ns", 0) < silent_after_ns:
                 silent.append(dict(who, last_seen_ns=p.get("last_seen_ns", 0)))
-        return {"total": sum(by_cause.values()), "by_cause": by_cause, "processes": procs,
-                "silent": silent}
+        return {"total": sum(by_cause.values()), "by_cause": dict(by_cause), "processes": procs, "silent": silent}
 
     @_locked
     def close(self, silent_after_ns: int = 0) -> dict:
@@ -208,7 +203,7 @@ class Collector:
 
         def instant(name, ts, role, rank, args):
             role = role if role is not None else "driver"
-            evs.append(("i", LOSS_CAT, name, int(ts or now), 0, role, int(rank or 0), None, None, None, args))
+            evs.append(instant_event(LOSS_CAT, name, int(ts or now), role, int(rank or 0), None, None, args))
 
         for key, p in losses["processes"].items():
             last = self.procs[key].get("last_seen_ns") or now

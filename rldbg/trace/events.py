@@ -16,7 +16,7 @@ from its name: leak detection (rldbg.memory.leaks) reads these declarations.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import namedtuple
 
 PH, CAT, NAME, TS, DUR, ROLE, RANK, STEP, METHOD, FLOW, ARGS = range(11)
 FIELDS = ("ph", "cat", "name", "ts_ns", "dur_ns", "role", "rank", "step", "method", "flow", "args")
@@ -35,20 +35,8 @@ FREES, LOADS = "frees", "loads"
 NUMBERED_AFTER = "numbered_after"
 
 
-class Event(NamedTuple):
-    """Read view of one record (decode()); fields as in the module docstring."""
-
-    ph: str
-    cat: str
-    name: str
-    ts_ns: int
-    dur_ns: int
-    role: str
-    rank: int
-    step: int | None
-    method: str | None
-    flow: int | None
-    args: dict | None
+# Read view of one record (decode()): attribute access by the names in FIELDS.
+Event = namedtuple("Event", FIELDS)
 
 
 def slice_event(cat: str, name: str, ts_ns: int, dur_ns: int, role: str, rank: int, step, method,

@@ -1,16 +1,13 @@
 """The flight recorder's dumps, on the collector's side (`trace.window=N`).
 
 Every process keeps its last N steps in memory (rldbg.trace.window.Ring) and ships nothing while
-all is well. A trigger (a non-finite output or a rank's death seen by a process, a hung call, a
-stop signal or an unhandled exception in the driver, `rldbg dump`, rldbg.trace.dump()) opens a
-dump: each live process hears of it in the answer to its next heartbeat and ships its window into
-the dump's own spill. Once every live process has answered, or SETTLE_S after the trigger, a
-thread exports it to RUN/flight-<step>-<reason>.json.gz and removes the spill. The trigger is an
-instant of its own ("rldbg flight trigger") on the track of the rank it names.
-
-Dumps are rate-limited by reason: a trigger within RATE_S of the last dump for the same reason is
-counted into that dump (a NaN that repeats every step makes one file, not thousands); a trigger
-of another kind (the SIGTERM after it) makes its own file.
+all is well. A trigger (a non-finite output or a dead rank seen by a process, a hung call, a stop
+signal or an unhandled exception in the driver, `rldbg dump`, rldbg.trace.dump()) opens a dump:
+each live process hears of it in the answer to its next heartbeat and ships its window into the
+dump's own spill; once all have answered, or SETTLE_S after the trigger, a thread exports it to
+RUN/flight-<step>-<reason>.json.gz. The trigger is an instant ("rldbg flight trigger") on the
+track of the rank it names. A trigger within RATE_S of the last dump for the same reason is
+counted into that dump (a NaN every step makes one file); another reason makes its own file.
 """
 from __future__ import annotations
 
@@ -20,6 +17,7 @@ import shutil
 import threading
 import time
 
+from rldbg.trace.events import instant_event
 from rldbg.trace.spill import SpillWriter
 
 TRIGGER = "rldbg flight trigger"
@@ -37,8 +35,7 @@ class Dump:
     def __init__(self, did: int, reason: str, step, detail: dict, path: str, spill: str):
         self.id, self.reason, self.step, self.detail = did, reason, step, detail
         self.path, self.spill = path, spill
-        self.t0 = time.monotonic()
-        self.t0_ns = time.time_ns()
+        self.t0, self.t0_ns = time.monotonic(), time.time_ns()
         self.asked: set = set()       # processes told
         self.answered: set = set()    # processes whose window arrived
         self.writer: SpillWriter | None = None
@@ -84,8 +81,8 @@ class Dumps:
         role, rank = detail.get("role") or "driver", int(detail.get("rank") or 0)
         args = {"reason": reason, "step": step, **{k: v for k, v in detail.items() if k not in ("role", "rank")}}
         d.writer.write({"pid": "rldbg", "host": "collector", "dropped": 0,
-                        "events": [("i", "rldbg", TRIGGER, d.t0_ns, 0, role, rank, step, detail.get("method"),
-                                    None, args)]})
+                        "events": [instant_event("rldbg", TRIGGER, d.t0_ns, role, rank, step, detail.get("method"),
+                                                 args)]})
         self.all.append(d)
         self.open = d
         return d.status()

@@ -25,11 +25,6 @@ class OpenError(RuntimeError):
     """A one-line reason the trace cannot be served."""
 
 
-def deep_link(origin: str, port: int, name: str) -> str:
-    url = f"http://127.0.0.1:{port}/{urllib.parse.quote(name)}"
-    return f"{origin.rstrip('/')}/#!/?url={url}&referrer=rldbg"
-
-
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: "TraceServer"
 
@@ -111,7 +106,8 @@ class TraceServer(http.server.ThreadingHTTPServer):
 
     @property
     def link(self) -> str:
-        return deep_link(self.origin, self.port, self.name)
+        url = f"http://127.0.0.1:{self.port}/{urllib.parse.quote(self.name)}"
+        return f"{self.origin}/#!/?url={url}&referrer=rldbg"
 
     def serve_until_fetched(self, timeout_s: float) -> bool:
         """True when the whole file was sent once; False on timeout."""

@@ -1,17 +1,13 @@
 """Per-process bounded recorder and the background thread that ships it to the collector.
 
 Recording appends a tuple to a deque (atomic under the GIL, no lock). A daemon flusher drains it
-every `interval` seconds over its link (a wire.Connection to the driver's listener, or in the
-driver a server.LocalLink), waiting for one batch's acknowledgement at a time: training never
-waits on the collector, and a burst up to the buffer's size ships on later rounds instead of
-being dropped (bench/bench_trace_loss.py). Events are lost only when the buffer is full, a batch
-was on the wire when the connection broke, or the collector is gone; each cause is counted per
-process (`lost`) and travels, cumulative, with every batch, ending in the trace.
-
-Every batch names where its process runs and carries its clock offset estimate (rldbg.trace.clock).
-Every round sends something (an empty batch when there is nothing to ship), so the collector
-tells a process that died (silent, no final batch) from an idle one; a normal exit sends a last
-batch marked final (atexit).
+every `interval` seconds over its link (a wire.Connection, or in the driver a server.LocalLink),
+one acknowledged batch at a time: training never waits on the collector, and a burst up to the
+buffer's size ships on later rounds (bench/bench_trace_loss.py). Events are lost only when the
+buffer is full, a batch was on the wire when the connection broke, or the collector is gone; each
+cause is counted per process and travels, cumulative, with every batch into the trace. Every
+round sends something (an empty batch when there is nothing to ship), so the collector tells a
+dead process (silent, no final batch) from an idle one; a normal exit sends a final batch.
 """
 from __future__ import annotations
 
@@ -68,10 +64,7 @@ class Recorder:
             self.lost[cause] = self.lost.get(cause, 0) + n
 
     def losses(self) -> dict:
-        out = dict(self.lost)
-        if self.dropped:
-            out[BUFFER_FULL] = self.dropped
-        return out
+        return {**self.lost, BUFFER_FULL: self.dropped} if self.dropped else dict(self.lost)
 
 
 class Shipper:
@@ -88,9 +81,7 @@ class Shipper:
         self.policy = policy
         self.answer = None   # the collector's answer to the last batch
         self.on_gone, self.relookup = on_gone, relookup
-        self.gone = False
-        self.gone_since = 0.0
-        self._last_look = 0.0
+        self.gone, self.gone_since, self._last_look = False, 0.0, 0.0
         self.meta = {"pid": os.getpid(), "host": socket.gethostname(), **(node or {})}
         self.clock = ClockSync()
         self._stop = StopFlag()

@@ -1,15 +1,12 @@
 """The collector's listener in the driver: every other process of the job ships to it over TCP.
 
 Not a Ray actor: an actor is a process Ray wakes 100 times a second whatever it does, and each
-batch would be a Ray task (~1 ms of CPU per 200 ms demo step on a small VM, measured). Here the
+batch would be a Ray task (~1 ms of CPU per 200 ms demo step on a small VM, measured); here the
 collector costs a thread blocked in accept() and one blocked in recv() per connected process.
-
-It listens on the driver node's Ray address (RLDBG_TRACE_HOST overrides it), so a worker on any
-node reaches it where it reaches Ray, on a random port; a connection must first present the
-session's token (published with the address, trace/address.py). It accepts trace batches and
-read-only queries, msgpack only: nothing received is unpickled or executed. Its threads run at
-nice 19 (trace/background.py) and are hidden from debugpy, so pausing the driver in a debugger
-does not pause the collection of every other process's events.
+A connection must first present the session's token (published with the address, address.py);
+then it may ship batches and ask read-only queries, msgpack only: nothing is unpickled or run.
+Its threads run at nice 19 (background.py) and are hidden from debugpy, so pausing the driver in
+a debugger does not pause the collection of every other process's events.
 """
 from __future__ import annotations
 
@@ -82,10 +79,7 @@ class CollectorServer:
                 return
             wire.send(conn, [True, self.collector.config()])
             conn.settimeout(None)   # a process may go quiet for a long time; it is not polled
-            while True:
-                got = wire.receive(conn, first=True)
-                if got is None:
-                    return
+            while (got := wire.receive(conn, first=True)) is not None:
                 wire.send(conn, self._answer(*got))
         except Exception:   # noqa: BLE001 - a broken or hostile peer ends only its own connection
             return

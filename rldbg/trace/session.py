@@ -162,12 +162,9 @@ def stop(export: bool = True, settle_s: float = 3.0, reason: str | None = None, 
         return None
     flight = None
     if _session["config"].get("window") and reason:
-        try:
+        with contextlib.suppress(Exception):
             flight = dump(reason, wait_s=DUMP_WAIT_S, **detail)
-        except Exception:
-            flight = None
-    path, spill = _session["path"], _session["spill"]
-    profile_dir = _session.get("profile_dir")
+    path, spill, profile_dir = _session["path"], _session["spill"], _session.get("profile_dir")
     interval = _session["config"]["flush_interval"]
     collector, server = _session["collector"], _session["server"]
     _last_losses = None

@@ -6,11 +6,10 @@ appended one per batch, each:
     MAGIC (4 bytes, b"\\xc1RLB") | meta_len, events_len, crc32 (3 x uint32 little-endian) |
     meta (msgpack map) | events (msgpack array of 11-field arrays: rldbg.trace.events)
 
-meta: {"pid", "host", "dropped", "lost", ...}, where the process runs ("node_id", "node_ip") and
-its clock estimate ("clock_offset_ns", "clock_rtt_ns": rldbg.trace.clock). The events are packed
-by the shipping process and written as is; crc32 covers meta then events. 0xc1 is a byte msgpack
-never uses, so a reader that lost its place resynchronises on the next MAGIC. A new trace starts
-a fresh spill (old event files are removed, never appended to).
+meta: {"pid", "host", "dropped", "lost", ...}, its node and clock estimate (rldbg.trace.clock).
+The events are packed by the shipping process and written as is; crc32 covers meta then events.
+0xc1 is a byte msgpack never uses, so a reader that lost its place resynchronises on the next
+MAGIC. A new trace starts a fresh spill (old event files are removed, never appended to).
 
 Reading is damage-tolerant: a torn last record, garbage, a bad checksum or msgpack, a malformed
 event is skipped and, given a `damage` list, noted there as (file, byte offset, what); everything

@@ -8,9 +8,14 @@ series before a window is shipped at the window's start, so its memory tracks st
 """
 from __future__ import annotations
 
+import sys
+import threading
+import time
+import traceback
 from collections import deque
 
-from rldbg.trace.events import ARGS, CAT, COUNTER, INSTANT, METHOD, NAME, PH, RANK, ROLE, STEP, TS
+from rldbg.context import identity
+from rldbg.trace.events import ARGS, CAT, COUNTER, INSTANT, METHOD, NAME, PH, RANK, ROLE, STEP, TS, instant_event
 
 STATE_CATS = frozenset(("memory", "ledger", "gpu"))
 
@@ -104,15 +109,12 @@ MARGIN_NS = 5_000_000_000
 
 
 class Ring:
-    """The flight recorder: the last steps of this process, in memory, bounded; nothing is shipped
-    until a dump takes a window of `n` steps (which stays: a later dump takes it again). It keeps
-    2n steps, and at least the last MARGIN_NS of events: processes hear of a dump up to a heartbeat
-    round apart, each having trained on a little, and every one of them must still hold the n steps
-    that end at the dump's step.
-
-    A process that makes no calls of its own (the Ray driver while VeRL's TaskRunner actor drives
-    the loop) learns the job's newest step from the collector's answers (`job_step`) and files its
-    step-less events (memory samples) under it, so its window is bounded and cut like the others."""
+    """The flight recorder: this process's last steps in memory, bounded, shipped only when a dump
+    takes a window of `n` of them (which stays for a later dump). It keeps 2n steps and at least
+    the last MARGIN_NS: processes hear of a dump up to a heartbeat apart, and each must still hold
+    the n steps that end at the dump's step. A process with no calls of its own (the driver while
+    VeRL's TaskRunner drives the loop) files its step-less events under the job's newest step, as
+    the collector's answers say (`job_step`)."""
 
     def __init__(self, n: int, capacity: int):
         self.n, self.capacity = int(n), int(capacity)
@@ -183,13 +185,6 @@ def trigger_in(events: list) -> dict | None:
 def stack_events(step) -> list:
     """An instant per thread of this process with its Python stack right now (a hang's dump: taken
     by the flusher thread, so a main thread stuck in a call or a collective is seen where it is)."""
-    import sys
-    import threading
-    import time
-    import traceback
-
-    from rldbg.context import identity
-
     who, now = identity(), time.time_ns()
     names = {t.ident: t.name for t in threading.enumerate()}
     main = threading.main_thread().ident
@@ -199,6 +194,6 @@ def stack_events(step) -> list:
         if name.startswith("rldbg-") and tid != main:
             continue   # rldbg's own threads: not what the user asks about
         text = "".join(traceback.format_stack(frame))
-        out.append((INSTANT, "rldbg", STACK, now, 0, who.roles[0], who.rank, step, None, None,
-                    {"thread": "main" if tid == main else name, "stack": text}))
+        out.append(instant_event("rldbg", STACK, now, who.roles[0], who.rank, step, None,
+                                 {"thread": "main" if tid == main else name, "stack": text}))
     return out
