@@ -17,13 +17,12 @@ import re
 import sqlite3
 
 from rldbg.store import schema
+from rldbg.store.ingest import EventWriter
 from rldbg.store.queries import KEPT_INSTANTS
 from rldbg.trace.chrome_text import args_json
 from rldbg.trace.load import _load, no_gc, ts_ns
 from rldbg.trace.report_trace import bad_field, finite_number
 
-_INSERT = "INSERT INTO events (proc, ph, cat, name, ts, dur, role, rank, step, method, flow, args) " \
-          "VALUES (1,?,?,?,?,?,?,?,?,?,?,?)"
 _KEPT_SLICES = ("call", "transition", "step", "driver_call")
 _RANK_COUNTER = re.compile(r"^rank (\d+) (memory|ledger|gpu\d+ memory)$")
 _DROPPED = "rldbg dropped events"   # the exporter's counter of events dropped before shipping
@@ -74,7 +73,9 @@ def from_chrome(path: str, db_path: str = ":memory:") -> sqlite3.Connection:
         rows += _instants(conn, [e for ph in ("i", "I") for e in by_ph.get(ph, ())], names)
         samples, odd_samples, dropped = _counters(by_ph.get("C", ()), names)
         rows += samples
-        conn.executemany(_INSERT, rows)
+        out = EventWriter(conn)
+        out.add(1, rows, args_are_text=True)
+        out.close()
     schema.put(conn, "source", {"imported": path})
     schema.put(conn, "notes", notes)
     schema.put(conn, "odd_fields", odd)

@@ -107,10 +107,14 @@ class Tracks:
                 idx.rank_proc[(role, rank)] = keys[proc]
         idx.n = conn.execute("SELECT count(*) FROM events").fetchone()[0]
         # The rank slices of each driver call, a later one winning for the same rank.
-        for flow, role, rank, end, proc in conn.execute(
-                "SELECT flow, role, rank, ts + dur, proc FROM events WHERE cat = 'call' AND ph = 'X' AND flow IN "
-                "(SELECT flow FROM events WHERE cat = 'call' AND ph = 'D') ORDER BY seq"):
-            idx.rank_ends.setdefault(flow, {})[(role, rank)] = (end, keys[proc])
+        calls = {kind: (role, rank, keys[proc]) for kind, role, rank, proc in conn.execute(
+            "SELECT id, role, rank, proc FROM kinds WHERE cat = 'call' AND ph = 'X'")}
+        for kind, flow, end in conn.execute(
+                "SELECT kind, flow, ts + dur FROM events WHERE kind IN (SELECT id FROM kinds WHERE cat = 'call' "
+                "AND ph = 'X') AND flow IN (SELECT flow FROM events WHERE kind IN "
+                "(SELECT id FROM kinds WHERE cat = 'call' AND ph = 'D')) ORDER BY seq"):
+            role, rank, key = calls[kind]
+            idx.rank_ends.setdefault(flow, {})[(role, rank)] = (end, key)
         idx.finish(align)
         return idx
 

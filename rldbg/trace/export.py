@@ -26,32 +26,22 @@ from rldbg.store.tracks import Tracks
 from rldbg.trace.chrome_text import Formatter, dumps, us
 from rldbg.trace.load import no_gc
 
-# Events joined into one write: ~75 KB of text, under glibc's mmap threshold, so each write's
-# buffers reuse the same heap memory.
-_WRITE_EVENTS = 512
-_EVENTS = "SELECT proc, ph, cat, name, ts, dur, role, rank, step, method, flow, args FROM events ORDER BY seq"
+_EVENTS = "SELECT kind, ts, dur, step, flow, args FROM events ORDER BY seq"
 
 
 def write_events(f, idx: Tracks, conn) -> int:
     """The store's events as JSON lines, each ending ",\n", in arrival order; returns how many
-    were written. A run of events from one process is formatted together (one clock offset)."""
-    from rldbg.store.schema import raw_args
-    fmt, written = Formatter(idx), 0
+    were written."""
+    kinds = {k[0]: k[1:] for k in conn.execute("SELECT id, proc, ph, cat, name, role, rank, method FROM kinds")}
     keys = dict(conn.execute("SELECT id, key FROM processes"))
-    offsets = {pid: idx.offsets.get(key, 0) for pid, key in keys.items()}
+    fmt = Formatter(idx, kinds, {proc: idx.offsets.get(key, 0) for proc, key in keys.items()})
+    written = 0
     cur = conn.execute(_EVENTS)
-    while rows := cur.fetchmany(20_000):
-        start = 0
-        for i in range(1, len(rows) + 1):
-            if i < len(rows) and rows[i][0] == rows[start][0]:
-                continue
-            evs = [(ph, cat, name, ts, dur, role, rank, step, method, flow, raw_args(a))
-                   for _, ph, cat, name, ts, dur, role, rank, step, method, flow, a in rows[start:i]]
-            parts = fmt.batch(evs, offsets.get(rows[start][0], 0))
-            for j in range(0, len(parts), _WRITE_EVENTS):
-                f.write((",\n".join(parts[j:j + _WRITE_EVENTS]) + ",\n").encode("utf-8", "replace"))
-            written += len(parts)
-            start = i
+    # ~10k events a write: the text of a fetch, encoded and written at once.
+    while rows := cur.fetchmany(10_000):
+        parts = fmt.lines(rows)
+        f.write((",\n".join(parts) + ",\n").encode("utf-8", "replace"))
+        written += len(parts)
     return written
 
 
