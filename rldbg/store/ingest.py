@@ -16,10 +16,9 @@ import json
 import sqlite3
 from operator import itemgetter
 
-from rldbg.store import schema
-from rldbg.trace.chrome_text import args_json
+from rldbg.store import no_gc, schema
 from rldbg.store.tracks import Tracks, process_key
-from rldbg.trace.load import no_gc
+from rldbg.trace.chrome_text import args_json
 from rldbg.trace.spill import iter_records, read_meta
 
 _BATCH = 50_000

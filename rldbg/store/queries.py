@@ -10,11 +10,10 @@ import sqlite3
 import orjson
 
 from rldbg import sentinel
-from rldbg.store import schema
+from rldbg.store import no_gc, schema
 from rldbg.store.schema import raw_args
 from rldbg.trace.events import NUMBERED_AFTER
 from rldbg.trace.flight import TRIGGER
-from rldbg.trace.load import no_gc
 from rldbg.trace.report_trace import LOSSES, Trace, bad_field, finite_number, odd_notes
 from rldbg.trace.window import STACK
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 import gzip
 import os
 import stat
+
+from rldbg.store import no_gc
 from rldbg.store.tracks import Tracks
 from rldbg.trace.chrome_text import Formatter, dumps, us
-from rldbg.trace.load import no_gc
 
 _EVENTS = "SELECT kind, ts, dur, step, flow, args FROM events ORDER BY seq"
 

@@ -13,7 +13,7 @@ from rldbg.analysis.run import clock
 from rldbg.analysis.stragglers import stragglers
 from rldbg.analysis.time import controller_idle, role_shares
 from rldbg.memory.leaks import describe
-from rldbg.trace.load import no_gc
+from rldbg.store import no_gc
 from rldbg.trace.report_trace import Trace
 
 __all__ = ["Trace", "read_trace", "analyse", "analyse_trace", "analysis", "render"]
