@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections import defaultdict
+from operator import itemgetter
 
 from rldbg.trace.events import moves
 
@@ -42,6 +43,7 @@ MIN_CYCLES = 2
 EDGE_NS = 1_000_000               # an edge sample further than this from the edge is not the edge's
 
 SERIES = ("cuda_allocated", "cuda_reserved", "device_used", "rss")
+_TIME = itemgetter(0)   # of a (ts, value) sample: series are searched by time
 
 CAUSES = {
     "returned": "returned to the device",
@@ -62,11 +64,11 @@ def _at(series: list, ts: int, after: bool):
     if not series:
         return None
     if after:
-        i = bisect.bisect_left(series, (ts, float("-inf")))
+        i = bisect.bisect_left(series, ts, key=_TIME)
         if i < len(series) and series[i][0] - ts <= EDGE_NS:
             return series[i][1]
     else:
-        i = bisect.bisect_right(series, (ts, float("inf")))
+        i = bisect.bisect_right(series, ts, key=_TIME)
         if i and ts - series[i - 1][0] <= EDGE_NS:
             return series[i - 1][1]
     return None
@@ -82,7 +84,7 @@ class _Ledger:
 
     def at(self, cat: str, ts: int):
         s = self.series.get(cat) or []
-        i = bisect.bisect_right(s, (ts, float("inf")))
+        i = bisect.bisect_right(s, ts, key=_TIME)
         reported = s[i - 1] if i else None
         left = self.left.get(cat)
         if left is not None and (reported is None or left[0] >= reported[0]):
@@ -92,7 +94,7 @@ class _Ledger:
     def after(self, cat: str, t0: int, t1: int):
         """What the transition left: the last report inside it, else the first one after it."""
         s = self.series.get(cat) or []
-        j = bisect.bisect_right(s, (t1, float("inf")))
+        j = bisect.bisect_right(s, t1, key=_TIME)
         if j and s[j - 1][0] >= t0:
             return s[j - 1][1]
         if j < len(s):

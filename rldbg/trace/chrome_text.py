@@ -112,7 +112,7 @@ class Formatter:
     def lines(self, rows) -> list:
         """The JSON texts of the store's event rows (kind, ts, dur, step, flow, args text), in
         order (a driver call expands into several)."""
-        looks, look_of, step_json, r3 = self.looks, self._look, self._step_json, _R3
+        looks, look_of, step_json, r3 = self.looks, self._look, self._name_json, _R3
         slice_keys, instant_keys = _SLICE_KEYS.search, _INSTANT_KEYS.search
         nslots = len(self.idx.slots)
         out = []
@@ -176,10 +176,7 @@ class Formatter:
         recv ← rank i, with the flow ids joining each send and recv to that rank's slice of the
         call. Built from text pieces (the args every slice of the call shares are written once,
         a name's JSON once per name): the bytes json.dumps writes for each slice's dict
-        {ph, pid, tid, cat, name, ts, dur, args[, bind_id, flow_out|flow_in]}. A run has a few
-        driver calls per step, seven slices or more each: with a call to us() per time and names
-        encoded every time they were a third of the formatting time of a run-shaped spill
-        (bench/run_shaped.py), 29 µs a call here; times written inline, 21 µs."""
+        {ph, pid, tid, cat, name, ts, dur, args[, bind_id, flow_out|flow_in]}."""
         _, _, _, ts, dur, _, track, stp, method, flow, args = raw
         idx, r3, j, name = self.idx, _R3, args_json, self._name_json
         # A controller beside the first (rldbg.store.tracks.Tracks.controllers) has a track of its
@@ -236,8 +233,6 @@ class Formatter:
         if got is None:
             got = self.names[v] = args_json(v)
         return got
-
-    _step_json = _name_json
 
 
 def _as_dict(args) -> dict:
