@@ -22,11 +22,8 @@ def process_key(batch: dict) -> str:
 
 
 class Tracks:
-    """What the export knows besides the events: tracks, the time origin, which process (node,
-    clock) stands behind each role/rank, drops, and the rank slices that end each driver call.
-    Learnt a batch at a time from a spill as it goes into a store (see(): rldbg.store.ingest),
-    kept in the store's tables and read back from them (from_store()). Times are kept as
-    recorded until finish() knows each process's clock offset."""
+    """What the export knows besides the events (module docstring). Times are kept as recorded
+    until finish() knows each process's clock offset."""
 
     def __init__(self, meta: dict):
         self.origin = int(meta.get("origin_ns") or 0)
