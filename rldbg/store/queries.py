@@ -27,7 +27,8 @@ _GPU_COUNTER = re.compile(r"^(gpu\d+) memory$")
 # is written as SQL writes a list).
 _KINDS = f"""SELECT id, proc, ph, cat, name, role, rank, method FROM kinds
 WHERE (ph IN ('X', 'D') AND cat IN {_SLICE_CATS}) OR (ph IN ('i', 'I') AND name IN {KEPT_INSTANTS})"""
-_COUNTER_KINDS = "SELECT id, proc, cat, name, role, rank FROM kinds WHERE ph = 'C' AND cat IN ('memory', 'ledger', 'gpu')"
+_COUNTER_KINDS = """SELECT id, proc, cat, name, role, rank FROM kinds
+WHERE ph = 'C' AND cat IN ('memory', 'ledger', 'gpu')"""
 # Their events, in arrival order (each record list keeps it), in one pass over the events.
 _EVENTS = f"SELECT kind, ts, dur, step, flow, args FROM events WHERE kind IN (SELECT id FROM ({_KINDS})) ORDER BY seq"
 # Each counter's samples as two JSON arrays, times and args, made by SQLite: the series are
@@ -53,7 +54,8 @@ def read(conn: sqlite3.Connection, path: str = "") -> Trace:
     # The driver's process has a track per controller: its rank is the track (rldbg.store.tracks).
     ranks = conn.execute(_RANKS).fetchall()
     t.ranks = sorted(({"role": role, "rank": rank, "node": str(node or ""), "ip": str(ip or ""), "pid": pid}
-                      for role, rank, node, ip, pid in ranks), key=lambda r: (r["role"] != "driver", r["role"], r["rank"]))
+                      for role, rank, node, ip, pid in ranks),
+                     key=lambda r: (r["role"] != "driver", r["role"], r["rank"]))
     with no_gc():
         odd_samples = _events(conn, t, odd, {(role, rank): str(node or "") for role, rank, node, _, _ in ranks})
     odd_samples += schema.get(conn, "odd_samples") or 0
@@ -102,7 +104,7 @@ def _events(conn, t: Trace, odd: dict, nodes: dict) -> int:
         rec = {"name": name, "ts": ts, "dur": dur, "end": ts + dur, "role": role, "rank": rank, "step": step,
                "method": method, "flow": flow, "args": a}
         if not (plain and (step is None or type(step) is int) and (flow is None or type(flow) in _FLOW_TYPES)
-                and checked(a)):
+                and (checked(a) or _plain_args(a))):
             why = bad_field(rec)
             if why is not None:
                 odd[why] = odd.get(why, 0) + 1
@@ -142,6 +144,16 @@ def _series(conn, t: Trace, shift: dict, nodes: dict) -> int:
         for v in d.values():
             v.sort()
     return odd
+
+
+def _plain_args(a: dict) -> bool:
+    """Whether the args bad_field() looks into are as rldbg writes them most often (a call's, a
+    transition's): memory readings as 64-bit ints, moved categories as lists of strings."""
+    mb, ma, frees, loads = a.get("mem_before"), a.get("mem_after"), a.get("frees"), a.get("loads")
+    return ((mb is None or type(mb) is int and abs(mb) < 1 << 63)
+            and (ma is None or type(ma) is int and abs(ma) < 1 << 63)
+            and (frees is None or type(frees) is list and set(map(type, frees)) <= {str})
+            and (loads is None or type(loads) is list and set(map(type, loads)) <= {str}))
 
 
 def _numbers(values: list) -> list:
