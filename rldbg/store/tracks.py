@@ -103,15 +103,22 @@ class Tracks:
             if proc is not None:
                 idx.rank_proc[(role, rank)] = keys[proc]
         idx.n = conn.execute("SELECT count(*) FROM events").fetchone()[0]
-        # The rank slices of each driver call, a later one winning for the same rank.
-        calls = {kind: (role, rank, keys[proc]) for kind, role, rank, proc in conn.execute(
-            "SELECT id, role, rank, proc FROM kinds WHERE cat = 'call' AND ph = 'X'")}
+        # The rank slices of each driver call, a later one winning for the same rank: the call
+        # slices and the driver calls read in one pass, those of a flow no driver call has left out.
+        calls = {kind: (ph, role, rank, keys[proc]) for kind, ph, role, rank, proc in conn.execute(
+            "SELECT id, ph, role, rank, proc FROM kinds WHERE cat = 'call' AND ph IN ('X', 'D')")}
+        called, ends = set(), []
         for kind, flow, end in conn.execute(
-                "SELECT kind, flow, ts + dur FROM events WHERE kind IN (SELECT id FROM kinds WHERE cat = 'call' "
-                "AND ph = 'X') AND flow IN (SELECT flow FROM events WHERE kind IN "
-                "(SELECT id FROM kinds WHERE cat = 'call' AND ph = 'D')) ORDER BY seq"):
-            role, rank, key = calls[kind]
-            idx.rank_ends.setdefault(flow, {})[(role, rank)] = (end, key)
+                "SELECT kind, flow, ts + dur FROM events WHERE kind IN "
+                "(SELECT id FROM kinds WHERE cat = 'call' AND ph IN ('X', 'D')) ORDER BY seq"):
+            ph, role, rank, key = calls[kind]
+            if ph == "D":
+                called.add(flow)
+            else:
+                ends.append((flow, role, rank, end, key))
+        for flow, role, rank, end, key in ends:
+            if flow is not None and flow in called:
+                idx.rank_ends.setdefault(flow, {})[(role, rank)] = (end, key)
         idx.finish(align)
         return idx
 
