@@ -21,7 +21,8 @@ import ray  # noqa: E402
 
 import rldbg  # noqa: E402
 from rldbg import instrument as ri  # noqa: E402
-from rldbg.trace.load import TraceFileError, load_trace  # noqa: E402
+from rldbg.store import TraceFileError  # noqa: E402
+from rldbg.store.chrome_import import load_trace  # noqa: E402
 from rldbg.trace.spill import SpillError, SpillWriter, iter_batches, read_meta  # noqa: E402
 
 from polling import until  # noqa: E402

@@ -14,7 +14,7 @@ import ray  # noqa: E402
 
 import rldbg  # noqa: E402
 from rldbg import instrument as ri  # noqa: E402
-from rldbg.trace.load import TraceFileError  # noqa: E402
+from rldbg.store import TraceFileError  # noqa: E402
 from rldbg.trace.report import analyse  # noqa: E402
 from trace_processor import query  # noqa: E402
 

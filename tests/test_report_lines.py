@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from rldbg import sentinel
-from rldbg.trace.load import load_trace
+from rldbg.store.chrome_import import load_trace
 from rldbg.trace.report import Trace, read_trace
 
 RLDBG = str(Path(sys.executable).with_name("rldbg"))

@@ -1,4 +1,4 @@
-"""How the report reads a trace file: which events it can read (rldbg.trace.load.phases, the one
+"""How the report reads a trace file: which events it can read (rldbg.store.chrome_import.phases, the one
 place the rule is written) and how counter samples become per-rank series once the file is
 imported into a store (rldbg.store.chrome_import → rldbg.trace.report_trace.Trace), on
 hand-written events with every kind of damage a writer or an editor leaves."""
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from rldbg.trace.load import load_trace, phases
+from rldbg.store.chrome_import import load_trace, phases
 from rldbg.trace.report import Trace, read_trace
 
 GOOD = [

@@ -125,7 +125,7 @@ def test_reward_nan_stops_the_run_at_that_step_naming_the_rank(tmp_path):
     assert inputs["args"][0].tensors["responses"].shape[0] == 8   # rank 1's half of 16 samples
     assert not list((run / "failures").glob("*-reward-0-*")), "rank 0 was healthy"
 
-    from rldbg.trace.load import load_events
+    from rldbg.store.chrome_import import load_events
 
     from rldbg.trace.report import read_trace
 
@@ -144,7 +144,7 @@ def test_reward_nan_stops_the_run_at_that_step_naming_the_rank(tmp_path):
     assert "non-finite output: reward rank 1 compute_scores at step 1" in text
 
     from rldbg.tui.model import EventStore, role_rows
-    from rldbg.trace.load import ts_ns
+    from rldbg.store.chrome_import import ts_ns
 
     store = EventStore()   # the TUI's model fed the recorded alarm as the live stream carries it
     store.add([{"ph": "i", "cat": "user", "name": inst["name"], "ts_ns": ts_ns(inst["ts"]),

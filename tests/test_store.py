@@ -23,7 +23,7 @@ from rldbg.store import schema, store_path_for
 from rldbg.store.chrome_import import from_chrome
 from rldbg.trace import events as ev
 from rldbg.trace.export import export_spill
-from rldbg.trace.load import load_trace
+from rldbg.store.chrome_import import load_trace
 from rldbg.trace.spill import SpillWriter
 
 DATA = Path(__file__).parent / "data" / "gpu"
@@ -196,7 +196,7 @@ def test_several_controllers_get_a_track_each_in_the_store_the_export_and_the_re
     # instant from before its first call too, are on track 1; the driver's own stay on track 0.
     assert conn.execute("SELECT role, rank, proc FROM tracks WHERE role = 'driver' ORDER BY rank").fetchall() == [
         ("driver", 0, procs[2]), ("driver", 1, procs[3])]
-    assert {p: {r for (r,) in conn.execute("SELECT DISTINCT rank FROM events WHERE role = 'driver' AND proc = ?",
+    assert {p: {r for (r,) in conn.execute("SELECT DISTINCT rank FROM event_rows WHERE role = 'driver' AND proc = ?",
                                            (procs[p],))} for p in (1, 2, 3)} == {1: {0}, 2: {0}, 3: {1}}
     conn.close()
     events = json.loads(out.read_text())

@@ -21,7 +21,7 @@ import ray  # noqa: E402
 import rldbg  # noqa: E402
 from rldbg import instrument as ri  # noqa: E402
 from rldbg.trace.export import export_spill  # noqa: E402
-from rldbg.trace.load import load_events, ts_ns  # noqa: E402
+from rldbg.store.chrome_import import load_events, ts_ns  # noqa: E402
 from trace_processor import stats_errors  # noqa: E402
 
 SKEW_NS = 250_000_000   # rank 1's clock runs 250 ms ahead: far more than a call lasts

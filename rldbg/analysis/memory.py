@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import bisect
+from operator import itemgetter
 
 from rldbg.memory.leaks import leak_suspicions, observe
 from rldbg.trace.events import moves
 
 if TYPE_CHECKING:
     from rldbg.trace.report_trace import Trace
+
+_TIME = itemgetter(0)   # of a (ts, value) sample
 
 
 def memory_peaks(t: Trace) -> list:
@@ -51,7 +54,7 @@ def _ledger_at(t: Trace, role, rank, ts: int) -> dict:
     out = {}
     for (ro, rk, cat), series in t.ledger.items():
         if ro == role and rk == rank:
-            i = bisect.bisect_right(series, (ts, float("inf")))
+            i = bisect.bisect_right(series, ts, key=_TIME)
             if i:
                 out[cat] = series[i - 1][1]
     return out

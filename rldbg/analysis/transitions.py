@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
+from operator import itemgetter
 
 from rldbg.trace.events import moves
 
@@ -42,6 +43,7 @@ MIN_CYCLES = 2
 EDGE_NS = 1_000_000               # an edge sample further than this from the edge is not the edge's
 
 SERIES = ("cuda_allocated", "cuda_reserved", "device_used", "rss")
+_TIME = itemgetter(0)   # of a (ts, value) sample: series are searched by time
 
 CAUSES = {
     "returned": "returned to the device",
@@ -62,11 +64,11 @@ def _at(series: list, ts: int, after: bool):
     if not series:
         return None
     if after:
-        i = bisect.bisect_left(series, (ts, float("-inf")))
+        i = bisect.bisect_left(series, ts, key=_TIME)
         if i < len(series) and series[i][0] - ts <= EDGE_NS:
             return series[i][1]
     else:
-        i = bisect.bisect_right(series, (ts, float("inf")))
+        i = bisect.bisect_right(series, ts, key=_TIME)
         if i and ts - series[i - 1][0] <= EDGE_NS:
             return series[i - 1][1]
     return None
@@ -82,7 +84,7 @@ class _Ledger:
 
     def at(self, cat: str, ts: int):
         s = self.series.get(cat) or []
-        i = bisect.bisect_right(s, (ts, float("inf")))
+        i = bisect.bisect_right(s, ts, key=_TIME)
         reported = s[i - 1] if i else None
         left = self.left.get(cat)
         if left is not None and (reported is None or left[0] >= reported[0]):
@@ -92,7 +94,7 @@ class _Ledger:
     def after(self, cat: str, t0: int, t1: int):
         """What the transition left: the last report inside it, else the first one after it."""
         s = self.series.get(cat) or []
-        j = bisect.bisect_right(s, (t1, float("inf")))
+        j = bisect.bisect_right(s, t1, key=_TIME)
         if j and s[j - 1][0] >= t0:
             return s[j - 1][1]
         if j < len(s):
@@ -192,26 +194,20 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
+_MEDIANS = ("ledger_freed", "ledger_loaded", "allocated_delta", "reserved_delta", "device_delta", "rss_delta",
+            "returned")
+
+
 def table(by_key: dict) -> list[dict]:
     """One row per (role, rank, transition): medians over its cycles and the verdicts counted."""
     rows = []
-    for (role, rank, name), cs in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-        verdicts = defaultdict(int)
-        for c in cs:
-            if c["verdict"]:
-                verdicts[c["verdict"]] += 1
-        main = max(verdicts.items(), key=lambda kv: kv[1])[0] if verdicts else None
+    for (role, rank, name), cs in sorted(by_key.items()):
+        verdicts = Counter(c["verdict"] for c in cs if c["verdict"])
+        main = verdicts.most_common(1)[0][0] if verdicts else None
         rows.append({"role": role, "rank": rank, "transition": name, "cycles": len(cs),
                      "device": cs[0]["device"], "declared": cs[0]["declared"],
-                     "ledger_freed": _median([c["ledger_freed"] for c in cs]),
-                     "ledger_loaded": _median([c["ledger_loaded"] for c in cs]),
-                     "allocated_delta": _median([c["allocated_delta"] for c in cs]),
-                     "reserved_delta": _median([c["reserved_delta"] for c in cs]),
-                     "device_delta": _median([c["device_delta"] for c in cs]),
-                     "rss_delta": _median([c["rss_delta"] for c in cs]),
-                     "returned": _median([c["returned"] for c in cs]),
-                     "verdict": main, "verdicts": dict(verdicts),
-                     "cause": CAUSES.get(main) if main else None})
+                     **{k: _median([c[k] for c in cs]) for k in _MEDIANS},
+                     "verdict": main, "verdicts": dict(verdicts), "cause": CAUSES.get(main) if main else None})
     return rows
 
 
@@ -220,14 +216,11 @@ def not_returned(by_key: dict, warmup: int = WARMUP_CYCLES, min_cycles: int = MI
     docstring). One dict per (role, rank, transition): bytes expected and returned (medians), the
     cycles judged, the verdict and its cause."""
     found = []
-    for (role, rank, name), cs in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+    for (role, rank, name), cs in sorted(by_key.items()):
         judged = [c for c in cs[warmup:] if c["verdict"] in ("returned", "cached", "held", "rss_kept")]
         if len(judged) < min_cycles or any(c["verdict"] == "returned" for c in judged):
             continue
-        kinds = defaultdict(int)
-        for c in judged:
-            kinds[c["verdict"]] += 1
-        verdict = max(kinds.items(), key=lambda kv: kv[1])[0]
+        verdict = Counter(c["verdict"] for c in judged).most_common(1)[0][0]
         found.append({"role": role, "rank": rank, "transition": name, "cycles": len(judged),
                       "frees": judged[0]["declared"]["frees"],
                       "expected_bytes": int(_median([c["ledger_freed"] for c in judged])),

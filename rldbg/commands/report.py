@@ -49,7 +49,7 @@ def run(args) -> int:
     gc.disable()   # a short-lived process holding a million acyclic dicts: GC passes would only walk them
     import sqlite3
 
-    from rldbg.trace.load import TraceFileError
+    from rldbg.store import TraceFileError
     from rldbg.trace.report import analysis, read_trace, render
     try:
         t = read_trace(args.trace)

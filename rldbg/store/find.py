@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from rldbg.store import is_store, schema, store_path_for
-from rldbg.trace.load import TraceFileError
+from rldbg.store import TraceFileError, is_store, schema, store_path_for
 
 
 def open_for(path: str) -> sqlite3.Connection:

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from operator import itemgetter
 
-from rldbg.store import schema
-from rldbg.trace.chrome_text import args_json
+from rldbg.store import no_gc, schema
 from rldbg.store.tracks import Tracks, process_key
-from rldbg.trace.load import no_gc
+from rldbg.trace.chrome_text import args_json
 from rldbg.trace.spill import iter_records, read_meta
 
-_INSERT = "INSERT INTO events (proc, ph, cat, name, ts, dur, role, rank, step, method, flow, args) " \
-          "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
 _BATCH = 50_000
 _BINDABLE = (str, int, float, type(None))
+_KIND = itemgetter(0, 1, 2, 5, 6, 8)           # ph, cat, name, role, rank, method
+# The fields of a kind and the types that tell their values apart as dict keys do.
+_PLAIN = [(itemgetter(i), {str, type(None)}) for i in (1, 2, 5, 8)] + [(itemgetter(6), {int})]
 
 
 def _bindable(row: tuple) -> tuple:
@@ -34,11 +35,65 @@ def _bindable(row: tuple) -> tuple:
                  else args_json(v) for v in row)
 
 
-def _insert(conn: sqlite3.Connection, rows: list) -> None:
+def _insert(conn: sqlite3.Connection, table: str, columns: str, rows: list, before: int) -> None:
+    """The rows into `table`, whose rowids so far end at `before`; where SQLite refuses a field
+    (a list, a map, an int beyond 64 bits, from a producer of its own), the rows it took before
+    that one are taken out again and all go in with _bindable."""
+    sql = f"INSERT INTO {table} ({columns}) VALUES ({','.join('?' * (columns.count(',') + 1))})"
     try:
-        conn.executemany(_INSERT, rows)
+        conn.executemany(sql, rows)
     except (sqlite3.InterfaceError, sqlite3.ProgrammingError, OverflowError, TypeError):
-        conn.executemany(_INSERT, map(_bindable, rows))
+        conn.execute(f"DELETE FROM {table} WHERE rowid > ?", (before,))
+        conn.executemany(sql, map(_bindable, rows))
+
+
+def _kind_key(evs) -> itemgetter:
+    """How a batch's events are told apart into kinds: by their fields, and by those fields' types
+    too where one is not a string (1, 1.0 and True are one dict key; a map is none)."""
+    if all(set(map(type, map(field, evs))) <= types for field, types in _PLAIN):
+        return _KIND
+    return lambda ev: tuple(args_json(v) if type(v) not in _BINDABLE else (type(v), v) for v in _KIND(ev))
+
+
+class EventWriter:
+    """Events into the store's kinds and events tables, a batch at a time (rldbg.store.schema)."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn, self.rows, self.kinds, self.written = conn, [], [], 0
+        self.ids: dict = {}   # proc -> {kind key: kind id}
+
+    def add(self, proc: int, evs, args_are_text: bool = False) -> None:
+        """A process's events (11-field tuples, rldbg.trace.events); their args as JSON text
+        already with args_are_text, else as the producer gave them."""
+        if not evs:
+            return
+        ids = self.ids.setdefault(proc, {})
+        kind_of = _kind_key(evs)
+        for k, ev in dict(zip(map(kind_of, evs), evs)).items():   # the batch's kinds, at C speed
+            if k not in ids:
+                ids[k] = len(self.kinds) + 1
+                self.kinds.append((ids[k], proc, *_KIND(ev)))
+        if kind_of is not _KIND or args_are_text:
+            self.rows += [(ids[kind_of(ev)], ev[3], ev[4], ev[7], ev[9],
+                           ev[10] if args_are_text else args_json(ev[10]) if ev[10] else None) for ev in evs]
+        else:
+            self.rows += [(ids[(ph, cat, name, role, rank, method)], ts, dur, step, flow,
+                           args_json(args) if args else None)
+                          for ph, cat, name, ts, dur, role, rank, step, method, flow, args in evs]
+        if len(self.rows) >= _BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.rows:
+            _insert(self.conn, "events", "kind, ts, dur, step, flow, args", self.rows, self.written)
+            self.written += len(self.rows)
+            self.rows = []
+
+    def close(self) -> None:
+        self._flush()
+        if self.kinds:
+            _insert(self.conn, "kinds", "id, proc, ph, cat, name, role, rank, method", self.kinds, 0)
+            self.kinds = []
 
 
 def from_spill(spill_dir: str, db_path: str, damage: list | None = None,
@@ -50,8 +105,8 @@ def from_spill(spill_dir: str, db_path: str, damage: list | None = None,
     meta = read_meta(spill_dir)
     conn = schema.create(db_path)
     idx = Tracks(meta)
-    procs: dict = {}
-    rows: list = []
+    procs: dict = {}   # "host:pid" -> its id
+    out = EventWriter(conn)
     with no_gc():
         for bmeta, evs in iter_records(spill_dir, damage, tuples=True):
             idx.see(bmeta, evs)
@@ -59,15 +114,8 @@ def from_spill(spill_dir: str, db_path: str, damage: list | None = None,
             proc = procs.get(key)
             if proc is None:
                 proc = procs[key] = len(procs) + 1
-            if evs:
-                rows += [(proc, ph, cat, name, ts, dur, role, rank, step, method, flow,
-                          args_json(args) if args else None)
-                         for ph, cat, name, ts, dur, role, rank, step, method, flow, args in evs]
-                if len(rows) >= _BATCH:
-                    _insert(conn, rows)
-                    rows = []
-        if rows:
-            _insert(conn, rows)
+            out.add(proc, evs)
+        out.close()
     idx.finish(align=True)
     _controller_tracks(conn, idx, procs)
     _write_index(conn, idx, procs, meta, spill_dir)
@@ -83,7 +131,7 @@ def _controller_tracks(conn, idx: Tracks, procs: dict) -> None:
     controller (nearly every run) changes nothing here."""
     for key, track in idx.controllers.items():
         if track:
-            conn.execute("UPDATE events SET rank = ? WHERE proc = ? AND role = 'driver'", (track, procs[key]))
+            conn.execute("UPDATE kinds SET rank = ? WHERE proc = ? AND role = 'driver'", (track, procs[key]))
 
 
 def _write_index(conn, idx: Tracks, procs: dict, meta: dict, source: str) -> None:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import re
 import sqlite3
 
+import orjson
+
 from rldbg import sentinel
-from rldbg.store import schema
+from rldbg.store import no_gc, schema
 from rldbg.store.schema import raw_args
 from rldbg.trace.events import NUMBERED_AFTER
 from rldbg.trace.flight import TRIGGER
-from rldbg.trace.load import no_gc
-from rldbg.trace.report_trace import LOSSES, Trace, bad_field, odd_notes
+from rldbg.trace.report_trace import LOSSES, Trace, bad_field, finite_number, odd_notes
 from rldbg.trace.window import STACK
 
 STEP_START = "step start"
@@ -21,16 +22,19 @@ KEPT_INSTANTS = (sentinel.EVENT, TRIGGER, STACK, STEP_START, LOSSES)
 _SLICE_CATS = ("call", "transition", "step", "driver_call")
 _GPU_COUNTER = re.compile(r"^(gpu\d+) memory$")
 
-# Through the index on cat (events_cat), without a join or a sort: the index holds each category's
-# rows in arrival order (an index entry is (cat, seq)), which is the order each record list keeps;
-# a process's clock shift is added here, from the few rows of the processes table.
-_SLICES = f"""SELECT proc, ph, cat, name, ts, dur, role, rank, step, method, flow, args FROM events
-INDEXED BY events_cat WHERE cat IN ({",".join("?" * len(_SLICE_CATS))})"""
-_COUNTERS = """SELECT proc, cat, name, ts, role, rank, args FROM events INDEXED BY events_cat
-WHERE cat IN ('memory', 'ledger', 'gpu') AND ph = 'C'"""
-# Through the index of instants by name (events_instants: its WHERE is this query's first term).
-_INSTANTS = f"""SELECT proc, name, ts, role, rank, step, args FROM events
-WHERE ph IN ('i', 'I') AND name IN ({",".join("?" * len(KEPT_INSTANTS))}) ORDER BY seq"""
+# The kinds the report reads (rldbg.store.schema): rldbg's slices and driver calls, the few
+# instants an analysis looks at, and the memory, ledger and GPU counters (a tuple of plain names
+# is written as SQL writes a list).
+_KINDS = f"""SELECT id, proc, ph, cat, name, role, rank, method FROM kinds
+WHERE (ph IN ('X', 'D') AND cat IN {_SLICE_CATS}) OR (ph IN ('i', 'I') AND name IN {KEPT_INSTANTS})"""
+_COUNTER_KINDS = """SELECT id, proc, cat, name, role, rank FROM kinds
+WHERE ph = 'C' AND cat IN ('memory', 'ledger', 'gpu')"""
+# Their events, in arrival order (each record list keeps it), in one pass over the events.
+_EVENTS = f"SELECT kind, ts, dur, step, flow, args FROM events WHERE kind IN (SELECT id FROM ({_KINDS})) ORDER BY seq"
+# Each counter's samples as two JSON arrays, times and args, made by SQLite: the series are
+# sorted by time once read, so the order within a kind does not matter, only that both agree.
+_SAMPLES = f"""SELECT kind, '[' || group_concat(ts) || ']', '[' || group_concat(coalesce(args, 'null')) || ']'
+FROM events WHERE kind IN (SELECT id FROM ({_COUNTER_KINDS})) GROUP BY kind"""
 _RANKS = """SELECT t.role, t.rank, p.node_id, p.node_ip, p.pid FROM tracks t JOIN processes p ON p.id = t.proc
 WHERE p.node_id IS NOT NULL ORDER BY t.ord"""
 
@@ -47,14 +51,14 @@ def read(conn: sqlite3.Connection, path: str = "") -> Trace:
     t = Trace()
     t.path = path
     odd = dict(schema.get(conn, "odd_fields") or {})
-    with no_gc():
-        _slices(conn, t, odd)
-        odd_samples = _counters(conn, t) + (schema.get(conn, "odd_samples") or 0)
-        _instants(conn, t)
     # The driver's process has a track per controller: its rank is the track (rldbg.store.tracks).
-    t.ranks = sorted(({"role": role, "rank": rank, "node": str(node or ""),
-                       "ip": str(ip or ""), "pid": pid} for role, rank, node, ip, pid in conn.execute(_RANKS)),
+    ranks = conn.execute(_RANKS).fetchall()
+    t.ranks = sorted(({"role": role, "rank": rank, "node": str(node or ""), "ip": str(ip or ""), "pid": pid}
+                      for role, rank, node, ip, pid in ranks),
                      key=lambda r: (r["role"] != "driver", r["role"], r["rank"]))
+    with no_gc():
+        odd_samples = _events(conn, t, odd, {(role, rank): str(node or "") for role, rank, node, _, _ in ranks})
+    odd_samples += schema.get(conn, "odd_samples") or 0
     t.start = schema.get(conn, "start") or {}
     t.dropped_total = schema.get(conn, "dropped_total") or 0
     t.notes = list(schema.get(conn, "notes") or []) + odd_notes(odd, odd_samples)
@@ -71,81 +75,94 @@ _FLOW_TYPES = (int, str)
 _FLOAT_MAX = 1.7976931348623157e308
 
 
-def _shifts(conn) -> dict:
-    """proc -> ns to add to its events' ts (its clock offset less the trace's origin)."""
-    return dict(conn.execute("SELECT id, shift FROM processes"))
-
-
-def _slices(conn, t: Trace, odd: dict) -> None:
-    into = {"call": t.calls, "transition": t.transitions, "step": t.steps, "driver_call": t.driver_calls}
-    checked = _CHECKED_ARGS.isdisjoint
-    shift = _shifts(conn)
-    for proc, ph, cat, name, ts, dur, role, rank, step, method, flow, text in conn.execute(_SLICES, _SLICE_CATS):
-        ts += shift[proc]
+def _events(conn, t: Trace, odd: dict, nodes: dict) -> int:
+    """The Trace's slices, instants and series from the kinds' events; returns how many counter
+    samples were not numbers."""
+    shift = dict(conn.execute("SELECT id, shift FROM processes"))
+    slices = {"call": t.calls, "transition": t.transitions, "step": t.steps, "driver_call": t.driver_calls}
+    kinds = {}
+    for kind, proc, ph, cat, name, role, rank, method in conn.execute(_KINDS):
         if ph == "D":   # a driver call as recorded: its slice in the export is named by its method
-            lst, name = t.driver_calls, method
-        elif ph == "X":
-            lst = into[cat]
+            into, name = t.driver_calls, method
         else:
-            continue
+            into = slices[cat] if ph == "X" else t.instants
+        # What bad_field() checks of the kind's own fields, once per kind
+        plain = type(name) is str and type(rank) is int and (method is None or type(method) is str)
+        kinds[kind] = (ph, cat, name, role, rank, method, shift[proc], into, plain)
+    checked = _CHECKED_ARGS.isdisjoint
+    for kind, ts, dur, step, flow, text in conn.execute(_EVENTS):
+        ph, cat, name, role, rank, method, sh, into, plain = kinds[kind]
+        ts += sh
         a = args_of(text)
+        if ph in ("i", "I"):
+            # The layout's role, rank and step win over the instant's own args, as in the export.
+            into.append({"name": name, "ts": ts, "role": role, "rank": rank,
+                         "args": dict(a, role=role, rank=rank, step=step)})
+            continue
         if cat == "driver_call" and "mode" not in a:
             continue   # an imported trace's dispatch/send/wait/recv parts of a driver call
         rec = {"name": name, "ts": ts, "dur": dur, "end": ts + dur, "role": role, "rank": rank, "step": step,
                "method": method, "flow": flow, "args": a}
-        if not (type(name) is str and type(rank) is int and (step is None or type(step) is int)
-                and (method is None or type(method) is str) and (flow is None or type(flow) in _FLOW_TYPES)
-                and checked(a)):
+        if not (plain and (step is None or type(step) is int) and (flow is None or type(flow) in _FLOW_TYPES)
+                and (checked(a) or _plain_args(a))):
             why = bad_field(rec)
             if why is not None:
                 odd[why] = odd.get(why, 0) + 1
                 continue
-        lst.append(rec)
+        into.append(rec)
+    t.instants.sort(key=lambda e: e["ts"])   # stable: arrival order among equal times
+    return _series(conn, t, shift, nodes)
 
 
-def _counters(conn, t: Trace) -> int:
-    """The memory, ledger and GPU series; returns how many samples were not numbers."""
-    odd = 0
-    nodes = {(role, rank): str(node or "") for role, rank, node, _, _ in conn.execute(_RANKS)}
-    gpus: dict = {}
-    series_by_cat = {"memory": t.mem, "ledger": t.ledger}
-    shift = _shifts(conn)
-    for proc, cat, name, ts, role, rank, text in conn.execute(_COUNTERS):
-        ts += shift[proc]
+def _series(conn, t: Trace, shift: dict, nodes: dict) -> int:
+    """The memory, ledger and GPU series, each sorted by time; returns how many sample values
+    were not numbers. A kind's samples come as two arrays parsed at C speed, and each series is
+    picked out of them by one comprehension."""
+    kinds = {kind: row for kind, *row in conn.execute(_COUNTER_KINDS)}
+    odd, into = 0, {"memory": t.mem, "ledger": t.ledger}
+    for kind, ts_text, args_text in conn.execute(_SAMPLES):
+        proc, cat, name, role, rank = kinds[kind]
         if cat == "gpu":
             g = _GPU_COUNTER.match(name) if type(name) is str else None
             if g is None:
                 continue
-            key = (role, rank, g.group(1))
-            into = gpus.get(key)
-            if into is None:
-                into = gpus[key] = t.gpus.setdefault((nodes.get((role, rank), ""), g.group(1)), {})
-            into = {s: into.setdefault(s, []) for s in args_of(text)}
+            gpu = t.gpus.setdefault((nodes.get((role, rank), ""), g.group(1)), {})
         elif role is None or type(rank) is not int:
             continue   # a process never named: its samples belong to no role
-        else:
-            into = None
-            by = series_by_cat[cat]
-        for series, v in args_of(text).items():
-            tv = type(v)
-            # finite_number(), inline: this runs for every sample of a run
-            if not ((tv is float and v - v == 0.0) or (tv is int and -_FLOAT_MAX <= v <= _FLOAT_MAX)):
-                odd += 1
-                continue
-            (into[series] if into is not None else by[(role, rank, series)]).append((ts, v))
+        sh = shift[proc]
+        times = [ts + sh for ts in orjson.loads(ts_text)]
+        samples = [args_of(a) if type(a) is not dict else a for a in raw_args(args_text)]
+        for series in dict.fromkeys(k for a in samples for k in a):
+            values = [(ts, a[series]) for ts, a in zip(times, samples) if series in a]
+            good = _numbers(values)
+            odd += len(values) - len(good)
+            if cat == "gpu":
+                gpu.setdefault(series, []).extend(good)
+            elif good:
+                into[cat][(role, rank, series)].extend(good)
     for d in (t.mem, t.ledger, *t.gpus.values()):
         for v in d.values():
             v.sort()
     return odd
 
 
-def _instants(conn, t: Trace) -> None:
-    shift = _shifts(conn)
-    for proc, name, ts, role, rank, step, text in conn.execute(_INSTANTS, KEPT_INSTANTS):
-        # The layout's role, rank and step win over the instant's own args, as in the export.
-        t.instants.append({"name": name, "ts": ts + shift[proc], "role": role, "rank": rank,
-                           "args": dict(args_of(text), role=role, rank=rank, step=step)})
-    t.instants.sort(key=lambda e: e["ts"])   # stable: arrival order among equal times
+def _plain_args(a: dict) -> bool:
+    """Whether the args bad_field() looks into are as rldbg writes them most often (a call's, a
+    transition's): memory readings as 64-bit ints, moved categories as lists of strings."""
+    mb, ma, frees, loads = a.get("mem_before"), a.get("mem_after"), a.get("frees"), a.get("loads")
+    return ((mb is None or type(mb) is int and abs(mb) < 1 << 63)
+            and (ma is None or type(ma) is int and abs(ma) < 1 << 63)
+            and (frees is None or type(frees) is list and set(map(type, frees)) <= {str})
+            and (loads is None or type(loads) is list and set(map(type, loads)) <= {str}))
+
+
+def _numbers(values: list) -> list:
+    """The (ts, value) pairs whose value is a finite number: all of them, checked at C speed,
+    where every value is an int within a float's range (memory and ledger bytes)."""
+    vs = [v for _, v in values]
+    if set(map(type, vs)) <= {int} and (not vs or -_FLOAT_MAX <= min(vs) and max(vs) <= _FLOAT_MAX):
+        return values
+    return [p for p in values if finite_number(p[1])]
 
 
 def _one_controllers_steps(t: Trace) -> None:

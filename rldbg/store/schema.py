@@ -1,14 +1,18 @@
 """The store's tables, and opening one.
 
-events     one row per event, the 11 fields of rldbg.trace.events plus `seq` (arrival order) and
-           `proc` (the process that sent it). ts is as the process recorded it; its process's
-           `shift` puts it on the trace's clock, in ns from the trace's origin. args is the JSON
-           text of the event's args (rldbg.trace.chrome_text.args_json: the bytes the Perfetto
-           export writes), NULL for none. name, role, rank, step, method and flow are stored as
-           they came (no column type, so no conversion): a value of a type rldbg never writes is
-           still seen as such by the report, which skips and counts it. One exception: the
-           driver-role events of a controller beside the first carry its track as their rank
-           (rldbg.store.ingest), as the export lays them out.
+kinds      one row per distinct (proc, ph, cat, name, role, rank, method) among the events: what
+           a process records again and again (a call of one method on one rank, one memory
+           counter) is written once. proc is the process that sent them. name, role, rank and
+           method are stored as they came (no column type, so no conversion): a value of a type
+           rldbg never writes is still seen as such by the report, which skips and counts it. One
+           exception: the driver-role kinds of a controller beside the first carry its track as
+           their rank (rldbg.store.ingest), as the export lays them out.
+events     one row per event, in arrival order (`seq`): its kind, ts, dur, step, flow and args. ts
+           is as its process recorded it; the process's `shift` puts it on the trace's clock, in
+           ns from the trace's origin. args is the JSON text of the event's args
+           (rldbg.trace.chrome_text.args_json: the bytes the Perfetto export writes), NULL for none.
+event_rows the view of the two joined: one row per event with all 11 fields (for a person at the
+           sqlite3 shell; the readers query the tables).
 processes  one row per process that sent events ("host:pid"): where it ran, its best clock
            estimate, the events it dropped before shipping, its first timestamp, and `shift`
            (its clock offset less the trace's origin, ns).
@@ -18,8 +22,8 @@ run        key -> JSON value: "meta" (the spill's meta.json: origin, job, what w
            "origin_ns", "aligned", "source" (spill or the imported file), "notes" (damage an
            import met), "odd_fields" and "dropped_total".
 
-An index on events(cat), and one on the instants' names, let the report read its few categories
-and instants of a million events.
+Readers pick the kinds they need by category or name (a few rows) and read those kinds' events in
+one pass over the events table, in arrival order, without an index to build at ingest.
 """
 from __future__ import annotations
 
@@ -29,19 +33,19 @@ import sqlite3
 
 import orjson
 
-VERSION = 1
+VERSION = 2
 
 _TABLES = """
-CREATE TABLE events (seq INTEGER PRIMARY KEY, proc INTEGER, ph TEXT, cat, name, ts INTEGER, dur INTEGER,
-                     role, rank, step, method, flow, args TEXT);
+CREATE TABLE kinds (id INTEGER PRIMARY KEY, proc INTEGER, ph TEXT, cat, name, role, rank, method);
+CREATE TABLE events (seq INTEGER PRIMARY KEY, kind INTEGER, ts INTEGER, dur INTEGER, step, flow, args TEXT);
+CREATE VIEW event_rows AS SELECT e.seq, k.proc, k.ph, k.cat, k.name, e.ts, e.dur, k.role, k.rank, e.step,
+                                 k.method, e.flow, e.args FROM events e JOIN kinds k ON k.id = e.kind;
 CREATE TABLE processes (id INTEGER PRIMARY KEY, key TEXT, pid, host, node_id TEXT, node_ip TEXT,
                         clock_offset_ns INTEGER, clock_uncertainty_ns INTEGER, dropped INTEGER DEFAULT 0,
                         t_sent INTEGER DEFAULT 0, first_ts INTEGER, shift INTEGER DEFAULT 0);
 CREATE TABLE tracks (ord INTEGER PRIMARY KEY, role, rank, proc INTEGER);
 CREATE TABLE run (key TEXT PRIMARY KEY, value TEXT);
 """
-INDEXES = ("CREATE INDEX IF NOT EXISTS events_cat ON events(cat)",
-           "CREATE INDEX IF NOT EXISTS events_instants ON events(name) WHERE ph IN ('i', 'I')")
 
 
 class StoreError(ValueError):
@@ -66,9 +70,7 @@ def create(path: str) -> sqlite3.Connection:
 
 
 def finish(conn: sqlite3.Connection) -> None:
-    """The rows written committed, the indexes built and the store marked complete."""
-    for index in INDEXES:
-        conn.execute(index)
+    """The rows written committed and the store marked complete."""
     put(conn, "complete", True)
     conn.execute("COMMIT")
 

@@ -22,11 +22,8 @@ def process_key(batch: dict) -> str:
 
 
 class Tracks:
-    """What the export knows besides the events: tracks, the time origin, which process (node,
-    clock) stands behind each role/rank, drops, and the rank slices that end each driver call.
-    Learnt a batch at a time from a spill as it goes into a store (see(): rldbg.store.ingest),
-    kept in the store's tables and read back from them (from_store()). Times are kept as
-    recorded until finish() knows each process's clock offset."""
+    """What the export knows besides the events (module docstring). Times are kept as recorded
+    until finish() knows each process's clock offset."""
 
     def __init__(self, meta: dict):
         self.origin = int(meta.get("origin_ns") or 0)
@@ -106,11 +103,22 @@ class Tracks:
             if proc is not None:
                 idx.rank_proc[(role, rank)] = keys[proc]
         idx.n = conn.execute("SELECT count(*) FROM events").fetchone()[0]
-        # The rank slices of each driver call, a later one winning for the same rank.
-        for flow, role, rank, end, proc in conn.execute(
-                "SELECT flow, role, rank, ts + dur, proc FROM events WHERE cat = 'call' AND ph = 'X' AND flow IN "
-                "(SELECT flow FROM events WHERE cat = 'call' AND ph = 'D') ORDER BY seq"):
-            idx.rank_ends.setdefault(flow, {})[(role, rank)] = (end, keys[proc])
+        # The rank slices of each driver call, a later one winning for the same rank: the call
+        # slices and the driver calls read in one pass, those of a flow no driver call has left out.
+        calls = {kind: (ph, role, rank, keys[proc]) for kind, ph, role, rank, proc in conn.execute(
+            "SELECT id, ph, role, rank, proc FROM kinds WHERE cat = 'call' AND ph IN ('X', 'D')")}
+        called, ends = set(), []
+        for kind, flow, end in conn.execute(
+                "SELECT kind, flow, ts + dur FROM events WHERE kind IN "
+                "(SELECT id FROM kinds WHERE cat = 'call' AND ph IN ('X', 'D')) ORDER BY seq"):
+            ph, role, rank, key = calls[kind]
+            if ph == "D":
+                called.add(flow)
+            else:
+                ends.append((flow, role, rank, end, key))
+        for flow, role, rank, end, key in ends:
+            if flow is not None and flow in called:
+                idx.rank_ends.setdefault(flow, {})[(role, rank)] = (end, key)
         idx.finish(align)
         return idx
 

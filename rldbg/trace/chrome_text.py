@@ -18,11 +18,13 @@ and the file around the events.
 from __future__ import annotations
 
 import json
+import re
 from json.encoder import c_make_encoder, encode_basestring
 from operator import itemgetter
 
 import orjson
 
+from rldbg.store.schema import raw_args
 from rldbg.trace.events import INSTANT, SLICE
 
 dumps = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
@@ -53,136 +55,120 @@ def us(ns: int) -> str:
     return f"{q}.{r:03d}"
 
 
-_SLICE_KEYS = frozenset(("role", "rank", "step", "method", "node", "ip"))
-_INSTANT_KEYS = frozenset(("role", "rank", "step"))
-_CACHE_MAX = 200_000   # distinct templates kept; beyond it the cache starts over
+# A layout key among an args text's keys (a nested key or a quoted string that looks like one
+# matches too: those take the slower dict path, which is always right).
+_SLICE_KEYS = re.compile(r'"(?:role|rank|step|method|node|ip)":')
+_INSTANT_KEYS = re.compile(r'"(?:role|rank|step)":')
 
 
 class Formatter:
-    """Chrome JSON text for a batch of events, by string templates: for each distinct
-    (ph, cat, name, role, rank, step, method) of a slice or instant, and each counter track, the
-    JSON of everything but the times and the event's own args is built once and cached; per
-    event only the times, and args when it has any, are formatted. The output is byte for byte
-    what json.dumps of the event's dict writes (same keys, same order); an event whose args
-    carry a key the exporter also sets takes the dict path, so its args win as before."""
+    """Chrome JSON text for the store's events, by string templates: for each kind (rldbg.store.schema:
+    a process's events of one ph, cat, name, role, rank and method) the JSON of everything but the
+    times, the step and the event's own args is built once; per event only those are formatted,
+    and its args text is written as the store holds it (the bytes args_json wrote), joined to the
+    layout's args. The output is byte for byte what json.dumps of the event's dict writes (same
+    keys, same order); an event whose args carry a key the layout also sets takes the dict path,
+    so that a slice's own args win and an instant's lose."""
 
-    def __init__(self, idx):
+    def __init__(self, idx, kinds: dict, offsets: dict):
+        """`kinds`: id -> (proc, ph, cat, name, role, rank, method); `offsets`: proc -> ns to add."""
         self.idx = idx
-        self.origin = idx.origin
         # Where each rank's process runs, shown on its call slices.
         self.nodes = {rr: (p.get("node_id", "")[:8], p.get("node_ip", "")) for rr, p in
                       ((rr, idx.procs.get(k, {})) for rr, k in idx.rank_proc.items())}
-        self.cache: dict = {}   # key -> (prefix up to the ts digits, args JSON, args without braces, defaults)
-        # A slice's or instant's text up to its ts, by (ph, cat, name, role, rank): shared by the
-        # templates of its steps and methods (a run has thousands of steps: each call and
-        # transition of a step is a template of its own, its prefix is not).
-        self.prefixes: dict = {}
-        self.counters: dict = {}   # (name, role, rank) -> a counter's text up to its ts
-        self.names: dict = {}      # a driver call's method or served role -> its JSON
+        self.kinds, self.offsets = kinds, offsets
+        self.looks: dict = {}   # kind id -> its template (_look)
+        self.names: dict = {}   # a driver call's method or served role, or a step -> its JSON
 
-    def _template(self, key) -> tuple:
-        a = self._layout_args(key)
-        pre = self.prefixes.get(key[:5]) or self._prefix(key[:5])
-        full = args_json(a)
-        if len(self.cache) > _CACHE_MAX:
-            self.cache.clear()
-        t = self.cache[key] = (pre, full, full[1:-1], a)
-        return t
-
-    def _layout_args(self, key) -> dict:
-        """The args the layout gives a slice or instant of template key `key`; an event's own
-        args come first and win over these for a slice, lose to them for an instant (batch)."""
-        ph, cat, name, role, rank, stp, method = key
-        if ph == SLICE:
-            a = {"role": role, "rank": rank}
-            if stp is not None:
-                a["step"] = stp
-            if method is not None:
-                a["method"] = method
-            if cat == "call" and (role, rank) in self.nodes:
-                a["node"], a["ip"] = self.nodes[(role, rank)]
-            return a
-        return {"role": role, "rank": rank, "step": stp}   # INSTANT
-
-    def _prefix(self, pk) -> str:
-        """A slice's or instant's text up to its ts, for (ph, cat, name, role, rank)."""
-        ph, cat, name, role, rank = pk
-        pid, tid = self.idx.roles[role], rank + 1
-        if ph == SLICE:
-            pre = f'{{"ph":"X","pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
+    def _look(self, kind: int) -> tuple:
+        """(ph, ns to add to ts, text up to the ts digits, layout args before the step, after it,
+        layout args as a dict, the bind id's slot or None, kind fields) of a kind."""
+        proc, ph, cat, name, role, rank, method = fields = self.kinds[kind]
+        base = self.offsets.get(proc, 0) - self.idx.origin
+        slot = None
+        if ph == "C":
+            pre = f'{{"ph":"C","pid":{self.idx.roles[role]},"name":{dumps(f"rank {rank} {name}")},"ts":"'
+            look = (ph, base, pre, "", "", {}, None, fields)
+        elif ph in (SLICE, INSTANT):
+            pid, tid = self.idx.roles[role], rank + 1
+            s = ',"s":"t"' if ph == INSTANT else ""
+            pre = f'{{"ph":"{ph}"{s},"pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
+            head = args_json({"role": role, "rank": rank})[1:-1]
+            after: dict = {}
+            if ph == SLICE:
+                if method is not None:
+                    after["method"] = method
+                if cat == "call" and (role, rank) in self.nodes:
+                    after["node"], after["ip"] = self.nodes[(role, rank)]
+                if cat == "call":
+                    slot = self.idx.slots.get((role, rank))
+            tail = "," + args_json(after)[1:-1] if after else ""
+            look = (ph, base, pre, head, tail, after, slot, fields)
         else:
-            pre = f'{{"ph":"i","s":"t","pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
-        if len(self.prefixes) > _CACHE_MAX:
-            self.prefixes.clear()
-        self.prefixes[pk] = pre
-        return pre
+            look = (ph, base, "", "", "", {}, None, fields)
+        self.looks[kind] = look
+        return look
 
-    def _counter(self, key) -> str:
-        """A counter's text up to its ts: its line depends on its track alone (pid and the
-        "rank N <name>" name), not on the step, method or category it was sampled in."""
-        name, role, rank = key
-        pre = f'{{"ph":"C","pid":{self.idx.roles[role]},"name":{dumps(f"rank {rank} {name}")},"ts":"'
-        if len(self.counters) > _CACHE_MAX:
-            self.counters.clear()
-        self.counters[key] = pre
-        return pre
-
-    def batch(self, evs, off: int) -> list:
-        """The JSON texts of a batch's events (a driver call expands into several), in order."""
-        base = off - self.idx.origin
-        cache, template, ajson, bind_id = self.cache, self._template, args_json, self.idx.bind_id
-        counters, counter = self.counters, self._counter
-        out, r3 = [], _R3
+    def lines(self, rows) -> list:
+        """The JSON texts of the store's event rows (kind, ts, dur, step, flow, args text), in
+        order (a driver call expands into several)."""
+        looks, look_of, step_json, r3 = self.looks, self._look, self._name_json, _R3
+        slice_keys, instant_keys = _SLICE_KEYS.search, _INSTANT_KEYS.search
+        nslots = len(self.idx.slots)
+        out = []
         app = out.append
-        for ev in evs:
-            ph, cat, name, ts, dur, role, rank, stp, method, flow, args = ev
+        for kind, ts, dur, step, flow, text in rows:
+            t = looks.get(kind) or look_of(kind)
+            ph = t[0]
+            q, r = divmod(ts + t[1], 1000)
             if ph == "C":
-                key = (name, role, rank)
-                pre = counters.get(key)
-                if pre is None:
-                    pre = counter(key)
-                q, r = divmod(ts + base, 1000)
-                app(f'{pre}{q}.{r3[r]}","args":{ajson(args)}}}')
-                continue
-            if ph == "D":
-                self._driver_call(ev, off, app)
-                continue
-            key = (ph, cat, name, role, rank, stp, method)
-            t = cache.get(key)
-            if t is None:
-                if ph not in _TEMPLATED:
-                    continue   # an unknown phase: not written, as before
-                t = template(key)
-            q, r = divmod(ts + base, 1000)
-            r = r3[r]
-            if ph == "X":
-                if not args:
-                    aj = t[1]
-                elif type(args) is dict and _SLICE_KEYS.isdisjoint(args):
-                    aj = ajson(args)[:-1] + "," + t[2] + "}"
-                else:   # its args in their order and values, then the defaults they lack (setdefault, at C speed)
-                    args = _as_dict(args)
+                app(f'{t[2]}{q}.{r3[r]}","args":{"null" if text is None else text}}}')
+            elif ph == "X":
+                sj = "" if step is None else f',"step":{step}' if type(step) is int else ',"step":' + step_json(step)
+                if text is None:
+                    aj = f"{{{t[3]}{sj}{t[4]}}}"
+                elif text[0] == "{" and not slice_keys(text):
+                    aj = f"{text[:-1]},{t[3]}{sj}{t[4]}}}"
+                else:   # its args in their order and values, then the defaults they lack
+                    args = _as_dict(raw_args(text))
                     a = dict(args)
-                    a.update(t[3])
+                    a.update(self._layout(t, step))
                     a.update(args)
-                    aj = ajson(a)
+                    aj = args_json(a)
                 dq, dr = divmod(dur, 1000)
-                dr = r3[dr]
-                fid = bind_id(flow, role, rank) if flow is not None and cat == "call" else None
-                if fid is not None:
-                    app(f'{t[0]}{q}.{r}","dur":"{dq}.{dr}","args":{aj},'
+                slot = t[6]
+                fid = flow * nslots + slot + 1 if slot is not None and type(flow) is int and flow >= 0 else None
+                if fid is not None and fid < 1 << 63:
+                    app(f'{t[2]}{q}.{r3[r]}","dur":"{dq}.{r3[dr]}","args":{aj},'
                         f'"bind_id":{fid},"flow_in":true,"flow_out":true}}')
                 else:
-                    app(f'{t[0]}{q}.{r}","dur":"{dq}.{dr}","args":{aj}}}')
-            else:
-                if not args:
-                    aj = t[1]
-                elif type(args) is dict and _INSTANT_KEYS.isdisjoint(args):
-                    aj = ajson(args)[:-1] + "," + t[2] + "}"
+                    app(f'{t[2]}{q}.{r3[r]}","dur":"{dq}.{r3[dr]}","args":{aj}}}')
+            elif ph == "i":
+                sj = "null" if step is None else str(step) if type(step) is int else step_json(step)
+                if text is None:
+                    aj = f'{{{t[3]},"step":{sj}}}'
+                elif text[0] == "{" and not instant_keys(text):
+                    aj = f'{text[:-1]},{t[3]},"step":{sj}}}'
                 else:
-                    aj = ajson(dict(_as_dict(args), role=role, rank=rank, step=stp))
-                app(f'{t[0]}{q}.{r}","args":{aj}}}')
+                    _, role, rank, _ = t[7][3:]
+                    aj = args_json(dict(_as_dict(raw_args(text)), role=role, rank=rank, step=step))
+                app(f'{t[2]}{q}.{r3[r]}","args":{aj}}}')
+            elif ph == "D":
+                _, _, cat, name, role, rank, method = t[7]
+                raw = (ph, cat, name, ts, dur, role, rank, step, method, flow, raw_args(text))
+                self._driver_call(raw, t[1] + self.idx.origin, app)
+            # any other phase: not written
         return out
+
+    @staticmethod
+    def _layout(t: tuple, step) -> dict:
+        """A slice's layout args as a dict: role, rank, step, then the kind's method, node and ip."""
+        _, _, _, _, role, rank, _ = t[7]
+        a = {"role": role, "rank": rank}
+        if step is not None:
+            a["step"] = step
+        a.update(t[5])
+        return a
 
     def _driver_call(self, raw, off: int, put) -> None:
         """One driver call (its spill tuple; `off` puts it on the collector's clock) as the JSON
@@ -190,10 +176,7 @@ class Formatter:
         recv ← rank i, with the flow ids joining each send and recv to that rank's slice of the
         call. Built from text pieces (the args every slice of the call shares are written once,
         a name's JSON once per name): the bytes json.dumps writes for each slice's dict
-        {ph, pid, tid, cat, name, ts, dur, args[, bind_id, flow_out|flow_in]}. A run has a few
-        driver calls per step, seven slices or more each: with a call to us() per time and names
-        encoded every time they were a third of the formatting time of a run-shaped spill
-        (bench/run_shaped.py), 29 µs a call here; times written inline, 21 µs."""
+        {ph, pid, tid, cat, name, ts, dur, args[, bind_id, flow_out|flow_in]}."""
         _, _, _, ts, dur, _, track, stp, method, flow, args = raw
         idx, r3, j, name = self.idx, _R3, args_json, self._name_json
         # A controller beside the first (rldbg.store.tracks.Tracks.controllers) has a track of its
@@ -242,16 +225,13 @@ class Formatter:
             put(f'{line},"bind_id":{fid},"flow_in":true}}' if fid is not None else line + "}")
 
     def _name_json(self, v) -> str:
-        """A method's or role's JSON (args_json's text), once per distinct string (only strings:
-        1, 1.0 and True are one dict key but three texts)."""
+        """A method's, role's or step's JSON (args_json's text), once per distinct string (only
+        strings: 1, 1.0 and True are one dict key but three texts)."""
         if type(v) is not str:
             return args_json(v)
         got = self.names.get(v)
         if got is None:
-            got = args_json(v)
-            if len(self.names) > _CACHE_MAX:
-                self.names.clear()
-            self.names[v] = got
+            got = self.names[v] = args_json(v)
         return got
 
 
@@ -261,7 +241,6 @@ def _as_dict(args) -> dict:
     return args if type(args) is dict else {"value": args}
 
 
-_TEMPLATED = frozenset((SLICE, INSTANT))   # counters have their own (Formatter._counter)
 _R3 = [f"{i:03d}" for i in range(1000)]   # the ns digits of a µs time
 
 

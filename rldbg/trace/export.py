@@ -22,54 +22,12 @@ from __future__ import annotations
 import gzip
 import os
 import stat
+
+from rldbg.store import no_gc
 from rldbg.store.tracks import Tracks
 from rldbg.trace.chrome_text import Formatter, dumps, us
-from rldbg.trace.load import no_gc
 
-# Events joined into one write: ~75 KB of text, under glibc's mmap threshold, so each write's
-# buffers reuse the same heap memory.
-_WRITE_EVENTS = 512
-_EVENTS = "SELECT proc, ph, cat, name, ts, dur, role, rank, step, method, flow, args FROM events ORDER BY seq"
-
-
-def write_events(f, idx: Tracks, conn) -> int:
-    """The store's events as JSON lines, each ending ",\n", in arrival order; returns how many
-    were written. A run of events from one process is formatted together (one clock offset)."""
-    from rldbg.store.schema import raw_args
-    fmt, written = Formatter(idx), 0
-    keys = dict(conn.execute("SELECT id, key FROM processes"))
-    offsets = {pid: idx.offsets.get(key, 0) for pid, key in keys.items()}
-    cur = conn.execute(_EVENTS)
-    while rows := cur.fetchmany(20_000):
-        start = 0
-        for i in range(1, len(rows) + 1):
-            if i < len(rows) and rows[i][0] == rows[start][0]:
-                continue
-            evs = [(ph, cat, name, ts, dur, role, rank, step, method, flow, raw_args(a))
-                   for _, ph, cat, name, ts, dur, role, rank, step, method, flow, a in rows[start:i]]
-            parts = fmt.batch(evs, offsets.get(rows[start][0], 0))
-            for j in range(0, len(parts), _WRITE_EVENTS):
-                f.write((",\n".join(parts[j:j + _WRITE_EVENTS]) + ",\n").encode("utf-8", "replace"))
-            written += len(parts)
-            start = i
-    return written
-
-
-def _open(path: str):
-    """The output, checked by _prepare_out before any work (export_spill). A regular file already
-    there is removed first, not truncated: ext4 writes a file that was truncated and written
-    again back to disk as it is closed (auto_da_alloc), 0.05 s per 150 MB the export waited for,
-    where a new file's pages go to disk later, in the background. A symlink, a FIFO or a device
-    at the path is written through as before."""
-    try:
-        if stat.S_ISREG(os.lstat(path).st_mode):
-            os.unlink(path)
-    except OSError:   # nothing there, or not ours to remove: opening it says what is wrong
-        pass
-    if path.endswith(".gz"):
-        # Level 1: about twice level 3's speed for a few % more bytes; the trace is written once.
-        return gzip.open(path, "wb", compresslevel=1)
-    return open(path, "wb")
+_EVENTS = "SELECT kind, ts, dur, step, flow, args FROM events ORDER BY seq"
 
 
 def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool = True,
@@ -97,22 +55,76 @@ def export_store(conn, out_path: str, extra=None, align_clocks: bool = True) -> 
     `extra(put, locate, origin_ns)` may add events of its own before the trailer: put(event dict)
     writes one, locate(role, rank) -> (pid, tid, clock offset ns to add to that rank's own
     timestamps) or None places it on a rank's track. The exporter knows nothing of who adds them
-    (rldbg.trace.session passes the torch.profiler merge)."""
+    (rldbg.trace.session passes the torch.profiler merge). The file: track metadata and the
+    trace-start record first, then the events, what `extra` adds and the drop records, last the
+    trailer."""
     _prepare_out(out_path)
+    written = 0
     with no_gc():
         idx = Tracks.from_store(conn, align_clocks)
-        return write_trace(out_path, idx, align_clocks, extra, lambda f: write_events(f, idx, conn))
+        with _open(out_path) as f:
+            def put(obj: dict) -> None:
+                nonlocal written
+                f.write((dumps(obj) + ",\n").encode("utf-8", "replace"))
+                written += 1
+
+            f.write(b"[\n")
+            for role, pid in idx.roles.items():
+                put({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": role}})
+                for rank in sorted(idx.ranks.get(role, ())):
+                    tname = f"rank {rank}" if role != "driver" else "driver" if rank == 0 else (
+                        f"controller pid {_where(idx, role, rank).get('pid', '?')}")
+                    put({"ph": "M", "pid": pid, "tid": rank + 1, "name": "thread_name",
+                         "args": dict(_where(idx, role, rank), name=tname)})
+            put({"ph": "i", "s": "g", "pid": 1, "tid": 1, "name": "rldbg trace start", "ts": "0.000",
+                 "args": idx.start_args(align_clocks)})
+            kinds = {k[0]: k[1:] for k in conn.execute(
+                "SELECT id, proc, ph, cat, name, role, rank, method FROM kinds")}
+            keys = dict(conn.execute("SELECT id, key FROM processes"))
+            fmt = Formatter(idx, kinds, {proc: idx.offsets.get(key, 0) for proc, key in keys.items()})
+            cur = conn.execute(_EVENTS)
+            while rows := cur.fetchmany(10_000):   # the text of ~10k events encoded and written at once
+                parts = fmt.lines(rows)
+                f.write((",\n".join(parts) + ",\n").encode("utf-8", "replace"))
+                written += len(parts)
+            if extra is not None:
+                def locate(role, rank):
+                    if rank not in idx.ranks.get(role, ()):
+                        return None
+                    return idx.roles[role], rank + 1, idx.offsets.get(idx.rank_proc.get((role, rank)), 0)
+                extra(put, locate, idx.origin)
+            for key, (dropped, t_sent) in sorted(idx.drops.items()):
+                put({"ph": "i", "s": "t", "pid": 1, "tid": 1, "cat": "rldbg", "name": "events dropped",
+                     "ts": us(max(t_sent - idx.origin, 0)), "args": {"process": key, "dropped": dropped}})
+            # Last line carries no trailing comma; a writer that dies before it leaves a truncated
+            # array, which Perfetto and rldbg report still read.
+            total = sum(dropped for dropped, _ in idx.drops.values())
+            f.write((dumps({"ph": "C", "pid": 1, "name": "rldbg dropped events", "ts": "0.000",
+                             "args": {"total": total}}) + "\n]\n").encode("utf-8"))
+    return {"events": idx.n, "written": written + 1, "path": out_path}
 
 
-def _check_out(path: str) -> None:
-    if not (path.endswith(".json") or path.endswith(".json.gz")):
-        raise ValueError(f"output {path!r} must end in .json or .json.gz")
+def _open(path: str):
+    """The output, checked by _prepare_out before any work. A regular file already there is
+    removed first, not truncated: ext4 writes a file that was truncated and written again back to
+    disk as it is closed (auto_da_alloc), where a new file's pages go to disk later, in the
+    background. A symlink, a FIFO or a device at the path is written through."""
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+    except OSError:   # nothing there, or not ours to remove: opening it says what is wrong
+        pass
+    if path.endswith(".gz"):
+        # Level 1: about twice level 3's speed for a few % more bytes; the trace is written once.
+        return gzip.open(path, "wb", compresslevel=1)
+    return open(path, "wb")
 
 
 def _prepare_out(path: str) -> None:
     """The output's directory made, before any work: a path that cannot be written is a
     ValueError naming it and why, not a traceback after the spill was read."""
-    _check_out(path)
+    if not (path.endswith(".json") or path.endswith(".json.gz")):
+        raise ValueError(f"output {path!r} must end in .json or .json.gz")
     if os.path.isdir(path):
         raise ValueError(f"cannot write {path!r}: it is a directory")
     try:
@@ -123,51 +135,8 @@ def _prepare_out(path: str) -> None:
         raise ValueError(f"cannot write {path!r}: {e.strerror} ({e.filename})") from None
 
 
-def write_trace(out_path: str, idx: Tracks, align_clocks: bool, extra, events) -> dict:
-    """The file around the events: track metadata and the trace-start record first, then
-    `events(f)` (writes the event lines, returns how many), then what `extra` adds and the
-    loss records, last the trailer."""
-    written = 0
-    with _open(out_path) as f:
-        def put(obj: dict) -> None:
-            nonlocal written
-            f.write((dumps(obj) + ",\n").encode("utf-8", "replace"))
-            written += 1
-
-        f.write(b"[\n")
-        for role, pid in idx.roles.items():
-            put({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": role}})
-            for rank in sorted(idx.ranks.get(role, ())):
-                tname = f"rank {rank}" if role != "driver" else "driver" if rank == 0 else (
-                    f"controller pid {_where(idx, role, rank).get('pid', '?')}")
-                put({"ph": "M", "pid": pid, "tid": rank + 1, "name": "thread_name",
-                     "args": dict(_where(idx, role, rank), name=tname)})
-        put({"ph": "i", "s": "g", "pid": 1, "tid": 1, "name": "rldbg trace start", "ts": "0.000",
-             "args": idx.start_args(align_clocks)})
-        written += events(f)
-        if extra is not None:
-            def locate(role, rank):
-                if rank not in idx.ranks.get(role, ()):
-                    return None
-                return idx.roles[role], rank + 1, idx.offsets.get(idx.rank_proc.get((role, rank)), 0)
-            extra(put, locate, idx.origin)
-        total = 0
-        for key, (dropped, t_sent) in sorted(idx.drops.items()):
-            total += dropped
-            rel = max(t_sent - idx.origin, 0)
-            put({"ph": "i", "s": "t", "pid": 1, "tid": 1, "cat": "rldbg", "name": "events dropped",
-                 "ts": us(rel), "args": {"process": key, "dropped": dropped}})
-        # Last line carries no trailing comma; a writer that dies before it leaves a truncated
-        # array, which Perfetto and rldbg report still read.
-        f.write((dumps({"ph": "C", "pid": 1, "name": "rldbg dropped events", "ts": "0.000",
-                         "args": {"total": total}}) + "\n]\n").encode("utf-8"))
-        written += 1
-    return {"events": idx.n, "written": written, "path": out_path}
-
-
 def _where(idx: Tracks, role: str, rank: int) -> dict:
     """The process behind role/rank's track: pid, host, node, clock ({} when no event named it)."""
     p = idx.procs.get(idx.rank_proc.get((role, rank)), {})
     return {k: p[k] for k in ("pid", "host", "node_id", "node_ip", "clock_offset_ns", "clock_uncertainty_ns")
             if k in p}
-

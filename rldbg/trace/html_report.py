@@ -13,7 +13,7 @@ from collections import defaultdict
 from rldbg.analysis import transitions as transition_analysis
 from rldbg.analysis.cover import Cover
 from rldbg.analysis.stragglers import by_call
-from rldbg.trace.report import Trace, analyse_trace
+from rldbg.trace.report import Trace, analyse_trace, mib_text
 
 MAX_POINTS = 500      # per series: keeps the page small and quick for long runs
 MAX_RANK_CHARTS = 8   # ledger charts; more ranks are summarised in the memory chart
@@ -155,19 +155,15 @@ def _table(rows: list[dict], cols: list[tuple[str, str]], empty: str, cls: str =
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _mib(b) -> str:
-    return f"{b / 2**20:.1f} MiB"
-
-
 def _leak_rows(leaks: list[dict]) -> list[dict]:
     rows = []
     for k in leaks:
         what = k.get("category") or k.get("transition") or k.get("kind", "")
         amount = k.get("bytes_per_cycle", k.get("grew_bytes", k.get("bytes")))
-        detail = ", ".join(f"{a.replace('_', ' ')} {_mib(b) if a.endswith('bytes') else b}" for a, b in k.items()
+        detail = ", ".join(f"{a.replace('_', ' ')} {mib_text(b) if a.endswith('bytes') else b}" for a, b in k.items()
                            if a not in ("role", "rank", "category", "transition", "kind"))
         rows.append({"role": k.get("role"), "rank": k.get("rank"), "what": what,
-                     "amount": _mib(amount) if isinstance(amount, (int, float)) else "", "detail": detail})
+                     "amount": mib_text(amount) if isinstance(amount, (int, float)) else "", "detail": detail})
     return rows
 
 
@@ -227,7 +223,7 @@ def render_html(path: str, analysed: tuple | None = None) -> str:
          ("ledger", "ledger"), ("allocated", "alloc"), ("reserved", "reserved"), ("device / RSS", "device"),
          ("verdict", "verdict")], "no transition declares frees/loads"))
     gpu_rows = [{"gpu": g["gpu"], "pid": p["pid"], "who": p["who"] or "not a rank of this job",
-                 "peak": _mib(p["peak_bytes"]), "last": _mib(p["last_bytes"])}
+                 "peak": mib_text(p["peak_bytes"]), "last": mib_text(p["last_bytes"])}
                 for g in r.get("gpus") or [] for p in g["processes"]]
     if gpu_rows:
         parts.append("<h2>GPU memory by process</h2>" + _table(
@@ -241,7 +237,7 @@ def render_html(path: str, analysed: tuple | None = None) -> str:
         gaps, [("idle", "idle"), ("after", "after"), ("before", "before"), ("step", "step")], "none"))
     for sid, title, svg in figs:
         parts.append(f"<h2 id='{sid}'>{html.escape(title)}</h2><figure class='chart'>{svg}</figure>")
-    peaks = [{"role": p["role"], "phase": p["phase"], "peak": _mib(p["peak_bytes"]), "rank": p["rank"]}
+    peaks = [{"role": p["role"], "phase": p["phase"], "peak": mib_text(p["peak_bytes"]), "rank": p["rank"]}
              for p in r["memory_peaks"]]
     parts.append("<h2>Memory peak per phase</h2>" + _table(
         peaks, [("role", "role"), ("phase", "phase"), ("peak", "peak"), ("rank", "rank")], "no memory samples"))

@@ -1,6 +1,6 @@
 """`rldbg report`: reads a trace's store (rldbg.store: a run's own, or a trace from elsewhere
 imported into one) into the analyses' input (rldbg.trace.report_trace.Trace), runs the analyses
-over it (one module each in rldbg.analysis: time, stragglers, memory, transitions, gpus, run,
+over it (one module each in rldbg.analysis: time, stragglers, memory, transitions, gpus,
 recorded) and renders their results as text; --json prints the same dict, --html draws it
 (rldbg.trace.html_report).
 """
@@ -9,12 +9,11 @@ from __future__ import annotations
 from rldbg import sentinel
 from rldbg.analysis import gpus as gpu_analysis, recorded, transitions as transition_analysis
 from rldbg.analysis.memory import leaks, memory_peaks
-from rldbg.analysis.run import clock
 from rldbg.analysis.stragglers import stragglers
 from rldbg.analysis.time import controller_idle, role_shares
 from rldbg.memory.leaks import describe
-from rldbg.trace.load import no_gc
-from rldbg.trace.report_trace import Trace
+from rldbg.store import no_gc
+from rldbg.trace.report_trace import Trace, finite_number
 
 __all__ = ["Trace", "read_trace", "analyse", "analyse_trace", "analysis", "render"]
 
@@ -55,7 +54,20 @@ def analysis(t: Trace) -> dict:
     return out
 
 
-def _mib(b) -> str:
+def clock(start: dict) -> dict | None:
+    """How well the processes' clocks were aligned to the collector's (the trace start record's
+    args): max uncertainty and per-process offsets, or None."""
+    c = start.get("clock") if isinstance(start, dict) else None
+    if not isinstance(c, dict):
+        return None
+    # An uncertainty that is not a finite number (an edited trace) is no figure to print.
+    u = c.get("max_uncertainty_ns")
+    return {"aligned": c.get("aligned", True) is not False,
+            "max_uncertainty_ns": u if finite_number(u) else None,
+            "processes": c.get("processes") if isinstance(c.get("processes"), dict) else {}}
+
+
+def mib_text(b) -> str:
     return f"{b / 2**20:.1f} MiB"
 
 
@@ -99,7 +111,7 @@ def render(r: dict) -> str:
         lines.append(f"  STRAGGLER {s['role']} rank {s['rank']}: {s['method']} {s['slower_than_peers']}x "
                      f"slower than the median of its peers over {s['calls']} call(s)")
     lines += ["", "memory peak per phase:"]
-    lines += [f"  {p['role']:<16} {p['phase']:<24} {_mib(p['peak_bytes']):>12}  (rank {p['rank']})"
+    lines += [f"  {p['role']:<16} {p['phase']:<24} {mib_text(p['peak_bytes']):>12}  (rank {p['rank']})"
               for p in r["memory_peaks"]]
     if r.get("transitions") is not None:
         lines += [""] + transition_analysis.render(r["transitions"], r.get("not_returned") or [])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
-from rldbg.trace.load import TraceFileError
+from rldbg.store import TraceFileError
 
 _NONE = type(None)
 # bool is not an int here (JSON's true).
