@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from dataclasses import dataclass
 
 _lock = threading.Lock()
 _state: dict = {"nvml": None, "pid": None, "gpus": None}   # nvml: module, or False when unavailable
@@ -38,13 +39,13 @@ def _nvml():
     return _state["nvml"] or None
 
 
+@dataclass(frozen=True, slots=True)
 class Gpu:
     """One GPU this process uses: its NVML handle, index on the machine and UUID."""
-
-    __slots__ = ("handle", "index", "uuid", "name")
-
-    def __init__(self, handle, index: int, uuid: str, name: str):
-        self.handle, self.index, self.uuid, self.name = handle, index, uuid, name
+    handle: object
+    index: int
+    uuid: str
+    name: str
 
     @property
     def label(self) -> str:
@@ -104,16 +105,6 @@ def gpus() -> list[Gpu]:
     return picked
 
 
-def device_memory(gpu: Gpu) -> tuple[int, int] | None:
-    """(used, total) bytes on the whole GPU, every process together; None if NVML cannot say."""
-    nv = _nvml()
-    try:
-        info = nv.nvmlDeviceGetMemoryInfo(gpu.handle)
-        return int(info.used), int(info.total)
-    except Exception:
-        return None
-
-
 def processes(gpu: Gpu) -> dict[int, int]:
     """{pid: bytes} of every process NVML sees using the GPU (compute and graphics contexts).
     A process whose usage NVML does not report (some containers) is listed with 0."""
@@ -131,10 +122,12 @@ def processes(gpu: Gpu) -> dict[int, int]:
 
 def by_process() -> list[tuple[Gpu, int, int, dict]]:
     """[(gpu, used, total, {pid: bytes})] for each GPU this process uses: the per-GPU picture the
-    memory sampler records (a series per process)."""
+    memory sampler records (a series per process); used and total count every process together."""
     out = []
     for g in gpus():
-        m = device_memory(g)
-        if m is not None:
-            out.append((g, m[0], m[1], processes(g)))
+        try:
+            info = _nvml().nvmlDeviceGetMemoryInfo(g.handle)
+        except Exception:
+            continue   # NVML cannot say for this GPU
+        out.append((g, int(info.used), int(info.total), processes(g)))
     return out
