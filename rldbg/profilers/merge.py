@@ -1,23 +1,12 @@
 """Put torch.profiler operators into rldbg's Perfetto trace, nested inside the call spans.
 
-    stats = merge_torch_traces(profile_dir, put, track, origin_ns)
-
-profile_dir: the RLDBG_PROFILE dir (searched recursively for *.pt.trace.json[.gz]; traces
-    without rldbg metadata, i.e. not written by torch_prof.profile_call, are skipped).
-put(event): writes one Chrome JSON event (the exporter's own writer).
-track(role, rank) -> (pid, tid) of that rank's call slices, or None to skip the trace; or
-    (pid, tid, clock_offset_ns) to shift the rank's operators onto the trace's one clock.
-origin_ns: the exporter's time origin; ts/dur are written as "µs.nnn" strings relative to it,
-    like the exporter's own events.
-within=(lo_ns, hi_ns): optional, skip traces whose call window lies outside it (old runs).
-
-Why the care: Perfetto ignores torch's baseTimeNanoseconds and drops an X slice that overlaps
-a sibling without nesting. So the operators are shifted onto unix ns; the main thread's slices
-(those of the thread that ran the rldbg:<method> annotation) go onto the call's own track,
-kept only inside the annotation window and forced to nest; other threads and GPU streams go
-to child tracks "rank N torch <thread>" (tid*1000+k) where nesting inside the call is moot.
-Flow arrows, profiler-internal events and metadata are dropped; [memory] instants become
-counters "rank N torch <device> allocated".
+Perfetto ignores torch's baseTimeNanoseconds and drops an X slice that overlaps a sibling without
+nesting. So the operators are shifted onto unix ns; the main thread's slices (those of the thread
+that ran the rldbg:<method> annotation) go onto the call's own track, kept only inside the
+annotation window and forced to nest; other threads and GPU streams go to child tracks
+"rank N torch <thread>" (tid*1000+k) where nesting inside the call is moot. Flow arrows,
+profiler-internal events and metadata are dropped; [memory] instants become counters
+"rank N torch <device> allocated".
 """
 from __future__ import annotations
 
@@ -144,7 +133,11 @@ def find_traces(profile_dir: str) -> list[str]:
 
 
 def merge_torch_traces(profile_dir: str, put, track, origin_ns: int, within=None) -> dict:
-    """Merge every rldbg-written torch trace under profile_dir; see the module docstring."""
+    """Merge every torch trace profile_call wrote under profile_dir (others are skipped): each
+    event goes to put(event), the exporter's writer, with ts/dur as "µs.nnn" strings relative to
+    origin_ns. track(role, rank) gives the (pid, tid) of the rank's call slices, or (pid, tid,
+    clock_offset_ns) to shift its operators onto the trace's one clock, or None to skip the trace;
+    within=(lo_ns, hi_ns) skips traces whose call window lies outside it (old runs)."""
     stats = {"traces": 0, "events": 0, "skipped": 0}
     lo, hi = within if within else (None, None)
     for path in find_traces(profile_dir):

@@ -80,10 +80,7 @@ def fetch(targets, dash, native: bool = False, via: str = "auto") -> list[Result
 
 
 def main_thread(threads):
-    for t in threads:
-        if t.name == "MainThread":
-            return t
-    return threads[0] if threads else None
+    return next((t for t in threads if t.name == "MainThread"), threads[0] if threads else None)
 
 
 def _clean(frame):

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 
 from rldbg.extras import MissingExtra, check
@@ -82,20 +81,3 @@ def wait_ready(proc: subprocess.Popen, base: str, timeout: float = 60.0) -> None
         except (urllib.error.URLError, OSError, ValueError):
             time.sleep(0.5)
     raise TensorBoardError(f"tensorboard did not answer at {base} within {timeout:.0f} s")
-
-
-def wait_runs(base: str, want: set, timeout: float = 90.0) -> list[str]:
-    """Poll /runs until every run in `want` is listed and loading has finished."""
-    deadline, runs = time.monotonic() + timeout, []
-    while time.monotonic() < deadline:
-        body = get_json(base + PLUGIN_API + "/runs")
-        runs = body.get("runs", [])
-        if want <= set(runs) and not body.get("loading"):
-            return runs
-        time.sleep(1.0)
-    raise TensorBoardError(f"runs {sorted(want)} not loaded within {timeout:.0f} s; have {runs}")
-
-
-def workers(base: str, run: str, view: str = "Overview") -> list[str]:
-    q = urllib.parse.urlencode({"run": run, "view": view})
-    return get_json(f"{base}{PLUGIN_API}/workers?{q}")
