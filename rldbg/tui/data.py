@@ -44,11 +44,12 @@ class DataSource:
 
     def poll(self) -> Snapshot: raise NotImplementedError
     def heartbeat(self) -> None: pass
-    def gate(self, action: str, **kw) -> dict: raise NotImplementedError
-    def add_breakpoint(self, spec: str) -> list: raise NotImplementedError
-    def remove_breakpoint(self, spec: str) -> list: raise NotImplementedError
-    def export(self) -> dict: raise NotImplementedError
     def stacks(self, role: str | None, rank: int | None) -> str: raise NotImplementedError
+
+    def hub_client(self):
+        """What the user's actions go to: gate, add_breakpoint, remove_breakpoint, export, as
+        rldbg.control.client.HubClient has them."""
+        raise NotImplementedError
 
 
 class LiveSource(DataSource):
@@ -180,7 +181,7 @@ class LiveSource(DataSource):
         snap.behind = max(0, total - self.cursor)
 
     # ---- actions ---------------------------------------------------------------------------
-    def _hub(self) -> HubClient:
+    def hub_client(self) -> HubClient:
         if self.hub is None:
             raise HubError("no run connected yet")
         return self.hub
@@ -188,18 +189,6 @@ class LiveSource(DataSource):
     def heartbeat(self) -> None:
         if self.hub is not None:
             self.hub.heartbeat()
-
-    def gate(self, action: str, **kw) -> dict:
-        return self._hub().gate(action, **kw)
-
-    def add_breakpoint(self, spec: str) -> list:
-        return self._hub().add_breakpoint(spec)
-
-    def remove_breakpoint(self, spec: str) -> list:
-        return self._hub().remove_breakpoint(spec)
-
-    def export(self) -> dict:
-        return self._hub().export()
 
     def stacks(self, role: str | None, rank: int | None) -> str:
         from rldbg.profilers import stacks, targets

@@ -113,7 +113,7 @@ class EventStore:
                 lane.last_end = max(lane.last_end, ts + dur)
                 lane.method, lane.step = e.get("name"), e.get("step")
                 if str(args.get("status", "")).startswith("error"):
-                    self.note(ts, "error", f"{role} rank {rank} {e.get('name')} failed ({args['status']})")
+                    self.notes.append((ts, "error", f"{role} rank {rank} {e.get('name')} failed ({args['status']})"))
             else:
                 lane.marks.append((ts + dur, marker_of(args), e.get("name")))
                 lane.truth.transition(e.get("name") or "", ts, dur, e.get("step"), args)
@@ -125,15 +125,15 @@ class EventStore:
                 self.steps.setdefault(e.get("step"), [ts, None])
             elif e.get("name") == sentinel.EVENT:   # the rank's row says so too (role_rows)
                 self.alarms[(args.get("role", role), args.get("rank", rank))] = args
-                self.note(ts, "non-finite", sentinel.describe(args))
+                self.notes.append((ts, "non-finite", sentinel.describe(args)))
             else:
                 who = f"{role} rank {rank}" if role not in (None, "driver") else (role or "driver")
                 detail = " ".join(f"{k}={v}" for k, v in args.items() if k in ("file", "line", "reason", "method"))
-                self.note(ts, e.get("name") or "instant", f"{who} {detail}".strip())
+                self.notes.append((ts, e.get("name") or "instant", f"{who} {detail}".strip()))
         elif ph == "D":
             self._slice(("driver", 0), (ts, dur, e.get("name"), "driver", e.get("step"), args.get("status")))
             if args.get("status") == "error":
-                self.note(ts, "error", f"driver call {e.get('name')} failed: {args.get('error', '?')}")
+                self.notes.append((ts, "error", f"driver call {e.get('name')} failed: {args.get('error', '?')}"))
 
     def _slice(self, lane: tuple, s: tuple) -> None:
         if s[3] != "transition" and s[2]:
@@ -142,9 +142,6 @@ class EventStore:
         if q is None:
             q = self.slices[lane] = collections.deque(maxlen=LANE_SLICES)
         q.append(s)
-
-    def note(self, ts: int, kind: str, text: str) -> None:
-        self.notes.append((ts, kind, text))
 
     def _check_leak(self, role, rank, lane: Lane, name: str, args: dict, step, end: int) -> None:
         """rldbg.memory.leaks' rule (the one `rldbg report` applies), live over this rank's last

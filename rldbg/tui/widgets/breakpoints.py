@@ -48,7 +48,7 @@ class BreakpointsView(Vertical):
             self._specs = specs
 
     def action_add(self) -> None:
-        from rldbg.tui.screens.prompt import Prompt
+        from rldbg.tui.screens import Prompt
 
         def done(spec: str | None) -> None:
             if spec:

@@ -1,21 +1,12 @@
 """A view of many lanes (one per role x rank) that builds only the lanes on screen: with 256+
 workers, building every lane each refresh is what would make a frame slow. Subclasses give
-lane_keys(view) and lines(view, key, width) -> [Line]; this class does scrolling (keys, wheel)."""
+lane_keys(view) and lines(view, key, width) -> [Line]; this class scrolls by lanes."""
 from __future__ import annotations
-
-from textual.binding import Binding
 
 from rldbg.tui.widgets.strips import Line, LineView
 
 
-class LaneScroller(LineView, can_focus=True):
-    BINDINGS = [Binding("down,j", "scroll_lanes(1)", "Down", show=False),
-                Binding("up,k", "scroll_lanes(-1)", "Up", show=False),
-                Binding("pagedown", "scroll_lanes(10)", "Page down", show=False),
-                Binding("pageup", "scroll_lanes(-10)", "Page up", show=False),
-                Binding("home", "scroll_lanes(-100000)", "Top", show=False),
-                Binding("end", "scroll_lanes(100000)", "Bottom", show=False)]
-
+class LaneScroller(LineView):
     def __init__(self, **kw):
         super().__init__(**kw)
         self.first = 0
@@ -57,14 +48,12 @@ class LaneScroller(LineView, can_focus=True):
     def position(self, shown: int, total: int) -> Line:
         return Line(f"lanes {self.first + 1}-{self.first + shown} of {total}  (↑/↓ PgUp/PgDn, wheel)", "dim")
 
-    def action_scroll_lanes(self, by: int) -> None:
+    def action_move(self, by: int) -> None:
         self.first = max(0, self.first + by)
         self.redraw()
 
-    def on_mouse_scroll_down(self, event) -> None:
-        self.action_scroll_lanes(3)
-        event.stop()
+    def page_size(self) -> int:
+        return 10
 
-    def on_mouse_scroll_up(self, event) -> None:
-        self.action_scroll_lanes(-3)
-        event.stop()
+    def wheel(self, by: int) -> None:
+        self.action_move(by)

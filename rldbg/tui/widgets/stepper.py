@@ -146,7 +146,7 @@ class StepperView(LaneScroller):
         self.app.gate(action)
 
     def action_run_to_method(self) -> None:
-        from rldbg.tui.screens.prompt import Prompt
+        from rldbg.tui.screens import Prompt
 
         def done(method: str | None) -> None:
             if method:

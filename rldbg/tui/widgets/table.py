@@ -4,7 +4,6 @@ with 384 role x rank rows that is most of a 50 ms frame budget several times ove
 plain strings with an optional style per cell, and a frame costs one Line per visible row."""
 from __future__ import annotations
 
-from textual.binding import Binding
 from textual.message import Message
 
 from rldbg.tui.widgets.strips import Line, LineView
@@ -15,13 +14,7 @@ CURSOR = "bold black on dark_cyan"
 CURSOR_BLURRED = "on grey30"
 
 
-class LineTable(LineView, can_focus=True):
-    BINDINGS = [Binding("down,j", "move(1)", "Down", show=False), Binding("up,k", "move(-1)", "Up", show=False),
-                Binding("pagedown", "page(1)", "Page down", show=False),
-                Binding("pageup", "page(-1)", "Page up", show=False),
-                Binding("home", "move(-1000000)", "First", show=False),
-                Binding("end", "move(1000000)", "Last", show=False)]
-
+class LineTable(LineView):
     class HeaderClicked(Message):
         def __init__(self, table: "LineTable", column: str):
             super().__init__()
@@ -98,8 +91,8 @@ class LineTable(LineView, can_focus=True):
     def action_move(self, by: int) -> None:
         self.move_cursor(self.cursor_row + by)
 
-    def action_page(self, by: int) -> None:
-        self.move_cursor(self.cursor_row + by * max(1, self.size.height - 2))
+    def page_size(self) -> int:
+        return max(1, self.size.height - 2)
 
     def on_click(self, event) -> None:
         if event.y >= 1:
@@ -112,17 +105,11 @@ class LineTable(LineView, can_focus=True):
                 self.post_message(self.HeaderClicked(self, col))
                 return
 
-    def on_mouse_scroll_down(self, event) -> None:
-        self.top = min(self.top + 3, max(0, len(self.rows) - 1))
-        self.cursor_row = max(self.cursor_row, self.top)
+    def wheel(self, by: int) -> None:
+        """Scroll the rows, taking the cursor along only where it would leave the screen."""
+        self.top = max(0, min(self.top + by, len(self.rows) - 1))
+        self.cursor_row = max(self.cursor_row, self.top) if by > 0 else min(self.cursor_row, self.top + self.page_size())
         self.redraw()
-        event.stop()
-
-    def on_mouse_scroll_up(self, event) -> None:
-        self.top = max(0, self.top - 3)
-        self.cursor_row = min(self.cursor_row, self.top + max(1, self.size.height - 2))
-        self.redraw()
-        event.stop()
 
     def on_focus(self) -> None:
         self.redraw()
