@@ -8,20 +8,18 @@ call_begin → call_ready (after dispatch) → call_dispatched (after submit) �
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import threading
 
 from rldbg import instrument, sentinel
 from rldbg.integrations.verl import pins
 from rldbg.integrations.verl.steps import STEPS
-from rldbg.integrations.verl.hooks import MARK
+from rldbg.integrations.verl.hooks import MARK, patches
 from rldbg.integrations.verl.worker import TAG
 from rldbg.switches import VERL, VERL_ROLE
 from rldbg.trace import runtime as _rt
 
 ROLES_ATTR = "_rldbg_colocated"   # on a colocated WorkerDict class: {prefixed method: (role, method)}
 GROUP_ROLE = "_rldbg_role"        # on a worker group: the role its calls are named after
-
 
 
 class _Calls(threading.local):
@@ -255,29 +253,20 @@ def patch_worker_group_module(mod) -> None:
     from verl.single_controller.base.decorator import MAGIC_ATTR
 
     pins.check_module(mod)
-    wg_cls = mod.WorkerGroup
-    bind = wg_cls._bind_worker_method
-    if getattr(bind, MARK, False):
-        return
+    bind = mod.WorkerGroup._bind_worker_method
 
-    @functools.wraps(bind)
+    @patches(mod.WorkerGroup, "_bind_worker_method")
     def _bind_worker_method(self, user_defined_cls, func_generator):
         return bind(self, user_defined_cls, make_generator(user_defined_cls, func_generator, MAGIC_ATTR))
-
-    setattr(_bind_worker_method, MARK, True)
-    wg_cls._bind_worker_method = _bind_worker_method
 
 
 def patch_ray_module(mod) -> None:
     """RayWorkerGroup names its role and hands it (and the switch) to its workers through VeRL's
     own worker_env; the deprecated colocated WorkerDict records which role each method serves."""
     pins.check_module(mod)
-    rwg = mod.RayWorkerGroup
-    init = rwg.__init__
-    if getattr(init, MARK, False):
-        return
+    init, bind_parent = mod.RayWorkerGroup.__init__, mod._bind_workers_method_to_parent
 
-    @functools.wraps(init)
+    @patches(mod.RayWorkerGroup, "__init__")
     def __init__(self, resource_pool=None, ray_cls_with_init=None, *args, **kwargs):
         explicit = kwargs.get("name_prefix") is not None and kwargs.get("worker_names") is None \
             and kwargs.get("worker_handles") is None
@@ -290,12 +279,7 @@ def patch_ray_module(mod) -> None:
             kwargs["worker_env"] = env
         init(self, resource_pool, ray_cls_with_init, *args, **kwargs)
 
-    setattr(__init__, MARK, True)
-    rwg.__init__ = __init__
-
-    bind_parent = mod._bind_workers_method_to_parent
-
-    @functools.wraps(bind_parent)
+    @patches(mod, "_bind_workers_method_to_parent")
     def _bind_workers_method_to_parent(cls, key, user_defined_cls):
         before = set(vars(cls))
         bind_parent(cls, key, user_defined_cls)
@@ -305,5 +289,3 @@ def patch_ray_module(mod) -> None:
             if getattr(getattr(user_defined_cls, method, None), MARK, False):
                 roles[name] = (key, method)
         setattr(cls, ROLES_ATTR, roles)
-
-    mod._bind_workers_method_to_parent = _bind_workers_method_to_parent

@@ -85,6 +85,20 @@ def wrap_every_subclass(base, wrap) -> None:
         wrap(sub)
 
 
+def patches(owner, name: str):
+    """Decorator: the function replaces owner.<name> (its code calls the original, taken before),
+    keeping the original's name and doc; where rldbg's replacement is there already, nothing changes."""
+    def install(fn):
+        old = getattr(owner, name)
+        if not getattr(old, MARK, False):
+            functools.update_wrapper(fn, old)
+            setattr(fn, MARK, True)
+            setattr(owner, name, fn)
+        return fn
+
+    return install
+
+
 def around(fn, scope):
     """`fn`, sync or async, called inside the context manager `scope(args, kwargs)`. The scope
     yields a list; fn's result is put in it, and what the list holds when the scope closes is

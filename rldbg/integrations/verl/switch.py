@@ -12,13 +12,12 @@ becomes the driver's pid.
 from __future__ import annotations
 
 import atexit
-import functools
 import os
 import signal
 import sys
 import threading
 
-from rldbg.integrations.verl.hooks import MARK
+from rldbg.integrations.verl.hooks import MARK, patches
 from rldbg.integrations.verl.steps import STEPS
 from rldbg.switches import TRACE, TRACE_STEPS, TRACE_WINDOW, VERL
 
@@ -73,21 +72,18 @@ def install_trace_switch() -> None:
         return
     init, shutdown = ray.init, ray.shutdown
 
-    @functools.wraps(init)
+    @patches(ray, "init")
     def traced_init(*args, **kwargs):
         path = trace_path()                       # a bad value fails before Ray starts
         ctx = init(*args, **kwargs)
         start(path)
         return ctx
 
-    @functools.wraps(shutdown)
+    @patches(ray, "shutdown")
     def traced_shutdown(*args, **kwargs):
         stop()
         return shutdown(*args, **kwargs)
 
-    setattr(traced_init, MARK, True)
-    setattr(traced_shutdown, MARK, True)
-    ray.init, ray.shutdown = traced_init, traced_shutdown
     if ray.is_initialized() and _is_driver(ray):   # VeRL imported after ray.init
         start(trace_path())
 

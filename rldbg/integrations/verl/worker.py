@@ -9,13 +9,12 @@ __wrapped__ chain).
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import os
 
 from rldbg import instrument
 from rldbg.integrations.verl import pins
-from rldbg.integrations.verl.hooks import MARK, around, wrap_every_subclass
+from rldbg.integrations.verl.hooks import MARK, around, patches, wrap_every_subclass
 from rldbg.switches import VERL_ROLE
 
 TAG = "_rldbg_call"          # the keyword carrying the driver's CallTag to a rank
@@ -119,13 +118,12 @@ def patch_worker_module(mod) -> None:
     wrap_class(worker_cls, magic)
     init = worker_cls.__init__
 
-    @functools.wraps(init)
+    @patches(worker_cls, "__init__")
     def __init__(self, *args, **kwargs):
         init(self, *args, **kwargs)
         if not _identity_set[0] and os.environ.get("WG_BACKEND") == "ray":  # a real remote worker
             identify(self)
 
-    worker_cls.__init__ = __init__
     if "__repr__" not in vars(worker_cls):
         worker_cls.__repr__ = label
     setattr(worker_cls, MARK, True)
