@@ -30,17 +30,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def find_scalars(logdir: str) -> list[str]:
-    """TensorBoard event files (the trainer's metrics run, <run_dir>/tb/metrics) under logdir."""
-    return sorted(os.path.join(d, f) for d, _, files in os.walk(logdir) for f in files if ".tfevents." in f)
-
-
 def check_logdir(logdir: str) -> tuple[list[str], list[str]]:
     """(torch traces, scalar event files) under logdir; raises when there is nothing to show."""
     if not os.path.isdir(logdir):
         raise TensorBoardError(f"directory {logdir!r} does not exist; pass --logdir DIR "
                                "(a run's tb/ directory, default <run_dir>/tb)")
-    traces, scalars = find_traces(logdir), find_scalars(logdir)
+    traces = find_traces(logdir)
+    # TensorBoard event files: the trainer's metrics run, <run_dir>/tb/metrics
+    scalars = sorted(os.path.join(d, f) for d, _, files in os.walk(logdir) for f in files if ".tfevents." in f)
     if not traces and not scalars:
         raise TensorBoardError(f"nothing to show under {logdir!r}: no *.pt.trace.json (profile some calls: "
                                "profile.roles/ranks/steps, or RLDBG_PROFILE=...) and no metrics "
