@@ -27,7 +27,6 @@ def _nvml():
         return _state["nvml"] or None
     with _lock:
         if _state["pid"] != pid:
-            mod = False
             try:
                 import pynvml   # nvidia-ml-py
 
@@ -45,7 +44,6 @@ class Gpu:
     handle: object
     index: int
     uuid: str
-    name: str
 
     @property
     def label(self) -> str:
@@ -81,11 +79,8 @@ def gpus() -> list[Gpu]:
     if cached is not None:
         return cached
     try:
-        n = nv.nvmlDeviceGetCount()
-        found = []
-        for i in range(n):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            found.append(Gpu(h, i, _text(nv.nvmlDeviceGetUUID(h)), _text(nv.nvmlDeviceGetName(h))))
+        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        found = [Gpu(h, i, _text(nv.nvmlDeviceGetUUID(h))) for i, h in enumerate(handles)]
     except Exception:
         return []
     uuid = _torch_uuid()
@@ -96,13 +91,9 @@ def gpus() -> list[Gpu]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None or not visible.strip():
         return []   # not decided yet (torch not started on CUDA), or no GPU: ask again later
-    picked = []
-    for item in visible.split(","):
-        item = item.strip()
-        for g in found:
-            if item == str(g.index) or (item.startswith("GPU-") and g.uuid.startswith(item)):
-                picked.append(g)
-    return picked
+    items = [item.strip() for item in visible.split(",")]
+    return [g for item in items for g in found
+            if item == str(g.index) or (item.startswith("GPU-") and g.uuid.startswith(item))]
 
 
 def processes(gpu: Gpu) -> dict[int, int]:
