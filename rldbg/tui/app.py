@@ -10,12 +10,11 @@ import time
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.message import Message
 from textual.widgets import Footer, TabbedContent, TabPane
 
 from rldbg.tui.data import DataSource, Snapshot
 from rldbg.tui.screens import HelpScreen
-from rldbg.tui.view import Model, View
+from rldbg.tui.model import Model, View
 from rldbg.tui.widgets.breakpoints import BreakpointsView
 from rldbg.tui.widgets.events import EventsView
 from rldbg.tui.widgets.memory import MemoryView
@@ -28,15 +27,6 @@ from rldbg.tui.widgets.timeline import TimelineView
 TABS = [("roles", "Roles", RolesView), ("timeline", "Timeline", TimelineView), ("memory", "Memory", MemoryView),
         ("stepper", "Stepper", StepperView), ("breakpoints", "Breakpoints", BreakpointsView),
         ("stacks", "Stacks", StacksView), ("events", "Events", EventsView)]
-
-
-class Do(Message):
-    """Run fn on the UI thread. Posting is thread-safe and never blocks the poster, so a poll
-    thread can't hang on an app that is closing (call_from_thread would wait forever)."""
-
-    def __init__(self, fn, args=(), kw=None):
-        super().__init__()
-        self.fn, self.args, self.kw = fn, args, kw or {}
 
 
 class TopApp(App):
@@ -120,13 +110,10 @@ class TopApp(App):
                 pass   # the poll loop reports the connection state
 
     def _call(self, fn, *args, **kw) -> bool:
-        if self._stop.is_set():
-            return False
-        self.post_message(Do(fn, args, kw))
-        return True
-
-    def on_do(self, msg: Do) -> None:
-        msg.fn(*msg.args, **msg.kw)
+        """Run fn on the UI thread. call_later posts a message: thread-safe, and it never blocks
+        the poster, so a poll thread can't hang on an app that is closing (call_from_thread would
+        wait forever)."""
+        return not self._stop.is_set() and self.call_later(fn, *args, **kw)
 
     @work(thread=True, group="action")
     def _act(self, what: str, fn, *args, **kw) -> None:

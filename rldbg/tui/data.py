@@ -70,7 +70,6 @@ class LiveSource(DataSource):
         self._idents: dict = {}
         self._idents_at = 0.0
 
-    # ---- polling ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def _timed(self, what: str):
         start = time.monotonic()
@@ -86,7 +85,7 @@ class LiveSource(DataSource):
                     found = self._find_hub()
                     if isinstance(found, Snapshot):
                         return found
-                actors = self._actors()
+                actors = [a for a in self.dash.actors(detail=True) if not self.job_id or a.get("job_id") == self.job_id]
                 self._slow()
         except DashboardError as e:
             return Snapshot("disconnected", f"disconnected, retrying: {e}")
@@ -122,10 +121,6 @@ class LiveSource(DataSource):
             self.cursor = None   # another run: its event stream starts over
         self.hub, self.job_id = HubClient(h["url"], token, timeout=self.timeout), h["job_id"]
         return None
-
-    def _actors(self) -> list:
-        rows = self.dash.actors(detail=True)
-        return [a for a in rows if a.get("job_id") == self.job_id] if self.job_id else rows
 
     def _identities(self, actors: list) -> dict:
         """Workers' published identities; read again (at most every SLOW_EVERY_S) only when a live
@@ -180,7 +175,6 @@ class LiveSource(DataSource):
                 break
         snap.behind = max(0, total - self.cursor)
 
-    # ---- actions ---------------------------------------------------------------------------
     def hub_client(self) -> HubClient:
         if self.hub is None:
             raise HubError("no run connected yet")

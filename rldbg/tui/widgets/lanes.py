@@ -7,6 +7,8 @@ from rldbg.tui.widgets.strips import Line, LineView
 
 
 class LaneScroller(LineView):
+    EMPTY = "no data yet"   # shown while there is no lane
+
     def __init__(self, **kw):
         super().__init__(**kw)
         self.first = 0
@@ -23,16 +25,11 @@ class LaneScroller(LineView):
     def lines(self, view, key, width: int) -> list:
         raise NotImplementedError
 
-    def empty(self) -> Line:
-        return Line("no data yet", "dim")
-
     def build(self, width: int, height: int) -> list:
         view = self.view
-        if view is None:
-            return [self.empty()]
-        keys = self.lane_keys(view)
+        keys = self.lane_keys(view) if view is not None else []
         if not keys:
-            return [self.empty()]
+            return [Line(self.EMPTY, "dim")]
         self.first = max(0, min(self.first, len(keys) - 1))
         head, foot = self.header(view, width), self.footer(view, width)
         room = height - len(head) - len(foot) - 1

@@ -35,11 +35,6 @@ class Line:
             self.width += len(text) if text.isascii() else cell_len(text)
         return self
 
-    def extend(self, other: "Line") -> "Line":
-        self.segments += other.segments
-        self.width += other.width
-        return self
-
     @property
     def plain(self) -> str:
         return "".join(s.text for s in self.segments)

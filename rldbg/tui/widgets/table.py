@@ -30,7 +30,6 @@ class LineTable(LineView):
         self.cursor_row, self.top = 0, 0
         self._widths: list = []
 
-    # ---- data -------------------------------------------------------------------------------------
     @property
     def row_count(self) -> int:
         return len(self.rows)
@@ -56,7 +55,6 @@ class LineTable(LineView):
                     widths[i] = len(text)
         return [min(w, self.max_width.get(c, w)) for c, w in zip(self.columns, widths)]
 
-    # ---- painting ---------------------------------------------------------------------------------
     def build(self, width: int, height: int) -> list:
         widths = self._widths or [len(c) for c in self.columns]
         head = Line()
@@ -83,7 +81,6 @@ class LineTable(LineView):
             self.top = self.cursor_row - body_h + 1
         self.top = max(0, min(self.top, max(0, len(self.rows) - body_h)))
 
-    # ---- input ------------------------------------------------------------------------------------
     def move_cursor(self, row: int) -> None:
         self.cursor_row = max(0, min(row, len(self.rows) - 1))
         self.redraw()
@@ -108,7 +105,8 @@ class LineTable(LineView):
     def wheel(self, by: int) -> None:
         """Scroll the rows, taking the cursor along only where it would leave the screen."""
         self.top = max(0, min(self.top + by, len(self.rows) - 1))
-        self.cursor_row = max(self.cursor_row, self.top) if by > 0 else min(self.cursor_row, self.top + self.page_size())
+        low, high = self.top, self.top + self.page_size()
+        self.cursor_row = max(self.cursor_row, low) if by > 0 else min(self.cursor_row, high)
         self.redraw()
 
     def on_focus(self) -> None:
