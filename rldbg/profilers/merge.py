@@ -65,12 +65,10 @@ def _nest(slices: list) -> tuple[list, int]:
     return kept, dropped
 
 
-def torch_trace_events(pt_trace_path: str, pid: int, tid: int, origin_ns: int, rank: int | None = None,
-                       trace: dict | None = None) -> list[dict]:
+def torch_trace_events(trace: dict, pid: int, tid: int, origin_ns: int) -> list[dict]:
     """Chrome JSON events for one torch trace, on rldbg's clock, main-thread ops on (pid, tid)."""
-    trace = trace if trace is not None else read_trace(pt_trace_path)
     meta = trace_meta(trace) or {}
-    rank = meta.get("rank", 0) if rank is None else rank
+    rank = meta.get("rank", 0)
     events = trace.get("traceEvents") or []
     base = int(trace.get("baseTimeNanoseconds") or 0)
     ann_name = meta.get("annotation")
@@ -153,7 +151,7 @@ def merge_torch_traces(profile_dir: str, put, track, origin_ns: int, within=None
             continue
         # track may add the rank's clock offset (rldbg.trace.clock): its operators then move with its calls
         pid, tid, *offset = where
-        for ev in torch_trace_events(path, pid, tid, origin_ns - (offset[0] if offset else 0), trace=trace):
+        for ev in torch_trace_events(trace, pid, tid, origin_ns - (offset[0] if offset else 0)):
             put(ev)
             stats["events"] += 1
         stats["traces"] += 1

@@ -115,8 +115,8 @@ class LiveSource(DataSource):
         h = hubs[0]
         token = self.token or h.get("token")
         if not token:
-            return Snapshot("disconnected", f"found the hub of run {h['run']} at {h['url']} but no token: pass "
-                                            "--token or RLDBG_TOKEN (from ~/.rldbg/hub-<job>-<pid>.json on the driver's machine)")
+            return Snapshot("disconnected", f"found the hub of run {h['run']} at {h['url']} but no token: pass --token "
+                                            f"or {TOKEN} (from ~/.rldbg/hub-<job>-<pid>.json on the driver's machine)")
         if h["job_id"] != self.job_id or h["url"] != getattr(self.hub, "url", None):
             self.cursor = None   # another run: its event stream starts over
         self.hub, self.job_id = HubClient(h["url"], token, timeout=self.timeout), h["job_id"]

@@ -158,8 +158,7 @@ class EventStore:
         q.append(c)
         if len(q) < WARMUP_CYCLES + MIN_CYCLES:
             return    # the rule gives no verdict yet: skip the work (ingest is on the poll path)
-        old = lane.flagged.pop(name, ())
-        for key in old:
+        for key in lane.flagged.pop(name, ()):
             self.flags.pop(key, None)
         found = leak_suspicions(q)
         if found:

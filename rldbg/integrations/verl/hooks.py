@@ -74,15 +74,13 @@ def wrap_every_subclass(base, wrap) -> None:
             super(base, cls).__init_subclass__(**kwargs)
         wrap(cls)
 
+    def defined_before(cls) -> None:   # a diamond's class is reached twice: wrapped methods are marked
+        for sub in cls.__subclasses__():
+            wrap(sub)
+            defined_before(sub)
+
     base.__init_subclass__ = classmethod(__init_subclass__)
-    seen, todo = [], list(base.__subclasses__())
-    while todo:
-        sub = todo.pop()
-        if sub not in seen:
-            seen.append(sub)
-            todo.extend(sub.__subclasses__())
-    for sub in seen:
-        wrap(sub)
+    defined_before(base)
 
 
 def patches(owner, name: str):

@@ -46,9 +46,7 @@ def wrap_method(fn, name: str):
         return fn
     wrapper = around(fn, lambda args, kwargs: _served(name, args, kwargs))
     wrapper.__signature__ = _with_tag(inspect.signature(fn))
-    # Ray reads an actor method's signature after inspect.unwrap(): end the __wrapped__ chain here
-    # so that it sees the signature that admits the tag.
-    wrapper.__rldbg_wrapped__ = wrapper.__dict__.pop("__wrapped__")
+    wrapper.__rldbg_wrapped__ = wrapper.__dict__.pop("__wrapped__")   # Ray unwraps: see the module docstring
     return wrapper
 
 

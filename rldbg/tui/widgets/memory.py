@@ -85,7 +85,8 @@ class MemoryView(LaneScroller):
 
     def footer(self, view, width: int) -> list:
         if not view.flags:
-            return [Line("leaks: nothing flagged (no rank keeps >= 20 MiB more per cycle after its freeing transitions)", "green")]
+            return [Line("leaks: nothing flagged (no rank keeps >= 20 MiB more per cycle after its freeing "
+                         "transitions)", "green")]
         out = [Line(f"not given back: {len(view.flags)} flag(s)", "bold red")]
         out += [Line(f"  ⚠ {f}", "red") for f in view.flags[:MAX_FLAGS]]
         if len(view.flags) > MAX_FLAGS:

@@ -41,19 +41,12 @@ class LineTable(LineView):
         """Replace the content; the cursor stays on the same key when it is still there."""
         old = self.keys[self.cursor_row] if self.keys and self.cursor_row < len(self.keys) else None
         self.keys, self.rows = list(keys), rows
-        self._widths = self._measure()
+        widths = [max([len(c)] + [len(row[i][0]) for row in rows]) for i, c in enumerate(self.columns)]
+        self._widths = [min(w, self.max_width.get(c, w)) for c, w in zip(self.columns, widths)]
         if old is not None and old in keys:
             self.cursor_row = keys.index(old)
         self.cursor_row = max(0, min(self.cursor_row, len(rows) - 1))
         self.redraw()
-
-    def _measure(self) -> list:
-        widths = [len(c) for c in self.columns]
-        for row in self.rows:
-            for i, (text, _spec) in enumerate(row):
-                if len(text) > widths[i]:
-                    widths[i] = len(text)
-        return [min(w, self.max_width.get(c, w)) for c, w in zip(self.columns, widths)]
 
     def build(self, width: int, height: int) -> list:
         widths = self._widths or [len(c) for c in self.columns]
