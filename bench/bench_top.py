@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from rldbg.tui.app import TopApp
-from rldbg.tui.view import Model
+from rldbg.tui.model import Model
 
 # The synthetic source the TUI's snapshot tests use: 256 workers and 1M events, deterministic.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

@@ -149,6 +149,9 @@ class FakeSource(DataSource):
     def heartbeat(self) -> None:
         self.beats += 1
 
+    def hub_client(self):
+        return self   # the hub's actions are faked here too
+
     def gate(self, action: str, **kw) -> dict:
         self.actions.append((action, kw))
         self.gate_state.update(armed=action not in ("continue", "disarm"), waiting=action == "arm")

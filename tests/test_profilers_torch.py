@@ -13,6 +13,7 @@ from rldbg.profilers import spec as pspec
 from rldbg.profilers import tensorboard as tb
 from rldbg.profilers.merge import merge_torch_traces
 from rldbg.profilers.torch_prof import profile_call
+from polling import until
 
 
 def test_spec_parse_and_errors():
@@ -60,9 +61,13 @@ def test_tensorboard_shows_one_worker_per_rank(ray_cluster, tmp_path):
     proc, base = tb.start(str(tmp_path), port=0)
     try:
         tb.wait_ready(proc, base)
-        runs = tb.wait_runs(base, {"demo/update_actor"})
-        assert runs == ["demo/update_actor"]
-        assert sorted(tb.workers(base, "demo/update_actor")) == ["actor_rank0", "actor_rank1"]
+        def loaded():
+            body = tb.get_json(f"{base}{tb.PLUGIN_API}/runs")
+            return not body.get("loading") and "demo/update_actor" in body["runs"] and body["runs"]
+
+        assert until(loaded, "the plugin loads run demo/update_actor", limit=90, interval=1.0) == ["demo/update_actor"]
+        workers = tb.get_json(f"{base}{tb.PLUGIN_API}/workers?run=demo/update_actor&view=Overview")
+        assert sorted(workers) == ["actor_rank0", "actor_rank1"]
         q = "run=demo/update_actor&worker=actor_rank1"
         assert tb.get_json(f"{base}{tb.PLUGIN_API}/spans?{q}") == ["1", "2"]
         ops = tb.get_json(f"{base}{tb.PLUGIN_API}/operation/table?{q}&span=1&view=Operator&group_by=Operation")

@@ -37,19 +37,18 @@ class Trainer:
 
     def update(self, tag):
         import torch
-        from rldbg.memory import tensor_bytes
         with ri.worker_call(self.role, self.rank, "update", tag):
             with ri.transition("reload_optimizer", loads=("optimizer",)):
                 self.buf = torch.ones(40 * MB // 4)   # > glibc's mmap threshold: freeing returns it
                 if self.keep_ledger:
-                    ri.ledger("optimizer", tensor_bytes([self.buf]))
+                    ri.ledger("optimizer", self.buf.nbytes)
             time.sleep(0.3 if self.slow else 0.03)   # 10x: a loaded machine keeps it > 1.5x
             with ri.transition("offload_optimizer", frees=("optimizer",)):
                 if self.leaky:
                     self.kept.append(self.buf)
                 self.buf = None
                 if self.keep_ledger:
-                    ri.ledger("optimizer", tensor_bytes(self.kept))
+                    ri.ledger("optimizer", sum(t.nbytes for t in self.kept))
         return self.rank
 
 

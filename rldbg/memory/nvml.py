@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from dataclasses import dataclass
 
 _lock = threading.Lock()
 _state: dict = {"nvml": None, "pid": None, "gpus": None}   # nvml: module, or False when unavailable
@@ -26,7 +27,6 @@ def _nvml():
         return _state["nvml"] or None
     with _lock:
         if _state["pid"] != pid:
-            mod = False
             try:
                 import pynvml   # nvidia-ml-py
 
@@ -38,13 +38,12 @@ def _nvml():
     return _state["nvml"] or None
 
 
+@dataclass(frozen=True, slots=True)
 class Gpu:
     """One GPU this process uses: its NVML handle, index on the machine and UUID."""
-
-    __slots__ = ("handle", "index", "uuid", "name")
-
-    def __init__(self, handle, index: int, uuid: str, name: str):
-        self.handle, self.index, self.uuid, self.name = handle, index, uuid, name
+    handle: object
+    index: int
+    uuid: str
 
     @property
     def label(self) -> str:
@@ -80,11 +79,8 @@ def gpus() -> list[Gpu]:
     if cached is not None:
         return cached
     try:
-        n = nv.nvmlDeviceGetCount()
-        found = []
-        for i in range(n):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            found.append(Gpu(h, i, _text(nv.nvmlDeviceGetUUID(h)), _text(nv.nvmlDeviceGetName(h))))
+        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        found = [Gpu(h, i, _text(nv.nvmlDeviceGetUUID(h))) for i, h in enumerate(handles)]
     except Exception:
         return []
     uuid = _torch_uuid()
@@ -95,23 +91,9 @@ def gpus() -> list[Gpu]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None or not visible.strip():
         return []   # not decided yet (torch not started on CUDA), or no GPU: ask again later
-    picked = []
-    for item in visible.split(","):
-        item = item.strip()
-        for g in found:
-            if item == str(g.index) or (item.startswith("GPU-") and g.uuid.startswith(item)):
-                picked.append(g)
-    return picked
-
-
-def device_memory(gpu: Gpu) -> tuple[int, int] | None:
-    """(used, total) bytes on the whole GPU, every process together; None if NVML cannot say."""
-    nv = _nvml()
-    try:
-        info = nv.nvmlDeviceGetMemoryInfo(gpu.handle)
-        return int(info.used), int(info.total)
-    except Exception:
-        return None
+    items = [item.strip() for item in visible.split(",")]
+    return [g for item in items for g in found
+            if item == str(g.index) or (item.startswith("GPU-") and g.uuid.startswith(item))]
 
 
 def processes(gpu: Gpu) -> dict[int, int]:
@@ -131,10 +113,12 @@ def processes(gpu: Gpu) -> dict[int, int]:
 
 def by_process() -> list[tuple[Gpu, int, int, dict]]:
     """[(gpu, used, total, {pid: bytes})] for each GPU this process uses: the per-GPU picture the
-    memory sampler records (a series per process)."""
+    memory sampler records (a series per process); used and total count every process together."""
     out = []
     for g in gpus():
-        m = device_memory(g)
-        if m is not None:
-            out.append((g, m[0], m[1], processes(g)))
+        try:
+            info = _nvml().nvmlDeviceGetMemoryInfo(g.handle)
+        except Exception:
+            continue   # NVML cannot say for this GPU
+        out.append((g, int(info.used), int(info.total), processes(g)))
     return out

@@ -20,8 +20,6 @@ import sys
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _cuda = None   # None: not checked yet; False: no CUDA; else the torch.cuda module
-
-
 _statm = {"fd": None, "pid": None}
 
 
@@ -51,25 +49,19 @@ def _cuda_module():
     return _cuda or None
 
 
-def _allocator(cuda, out: dict) -> None:
-    # memory_allocated()/memory_reserved() each flatten and sort the allocator's whole statistics
-    # dict; the nested form is one call for both counters.
-    if not cuda.is_initialized():
-        return
-    stats = cuda.memory.memory_stats_as_nested_dict(cuda.current_device())
-    out["cuda_allocated"] = stats["allocated_bytes"]["all"]["current"]
-    out["cuda_reserved"] = stats["reserved_bytes"]["all"]["current"]
-
-
 def sample() -> dict:
     """{series: bytes}: rss always; cuda_allocated, cuda_reserved with CUDA. No driver call."""
     out = {"rss": rss_bytes()}
     cuda = _cuda_module()
-    if cuda is not None:
-        try:
-            _allocator(cuda, out)
-        except Exception:
-            pass
+    try:
+        if cuda is not None and cuda.is_initialized():
+            # memory_allocated()/memory_reserved() each flatten and sort the allocator's whole
+            # statistics dict; the nested form is one call for both counters.
+            stats = cuda.memory.memory_stats_as_nested_dict(cuda.current_device())
+            out["cuda_allocated"] = stats["allocated_bytes"]["all"]["current"]
+            out["cuda_reserved"] = stats["reserved_bytes"]["all"]["current"]
+    except Exception:
+        pass
     return out
 
 

@@ -32,26 +32,19 @@ def snapshot_transition(name: str, role: str | None = None, rank: int | None = N
     out_dir = os.environ.get(ENV)
     if not out_dir:
         return contextlib.nullcontext()
-    if not _cuda_available():
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    if not cuda:
         if not _state["noticed"]:
             _state["noticed"] = True
             print(f"rldbg: {ENV} is set but CUDA is not available in pid {os.getpid()}; "
                   "no memory snapshots are taken", file=sys.stderr)
         return contextlib.nullcontext()
     return _snapshot(out_dir, name, role, rank)
-
-
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-def snapshot_path(out_dir: str, name: str, role: str, rank: int, step) -> str:
-    return os.path.join(out_dir, f"{_SAFE.sub('_', role)}_rank{rank}",
-                        f"{int(step or 0):06d}.{next(_seq):03d}.{_SAFE.sub('_', name)}.pickle")
 
 
 @contextlib.contextmanager
@@ -67,7 +60,8 @@ def _snapshot(out_dir: str, name: str, role, rank):
     try:
         yield
     finally:
-        path = snapshot_path(out_dir, name, role, rank, ctx.step)
+        path = os.path.join(out_dir, f"{_SAFE.sub('_', role)}_rank{rank}",
+                            f"{int(ctx.step or 0):06d}.{next(_seq):03d}.{_SAFE.sub('_', name)}.pickle")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
             torch.cuda.memory._dump_snapshot(path)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from xml.sax.saxutils import escape
 
-_FRAME = re.compile(r"^(?P<name>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+from rldbg.profilers.pyspy import parse_frame
 
 
 def parse_collapsed(text: str) -> list[tuple[list[str], int]]:
@@ -30,10 +29,9 @@ def to_speedscope(samples, name: str) -> dict:
         for f in stack:
             if f not in index:
                 index[f] = len(frames)
-                m = _FRAME.match(f)
-                frames.append({"name": m.group("name"), "file": m.group("file"),
-                               **({"line": int(m.group("line"))} if m.group("line") else {})}
-                              if m else {"name": f})
+                fr = parse_frame(f)
+                frames.append({"name": fr.name, "file": fr.file, **({"line": fr.line} if fr.line else {})}
+                              if fr else {"name": f})
             ids.append(index[f])
         stacks.append(ids)
         weights.append(count)

@@ -15,25 +15,14 @@ from dataclasses import dataclass
 
 from rldbg.profilers import stacks
 
+
 @dataclass
 class RankState:
     label: str          # "critic rank 1"
-    role: str
     rank: int | None
     kind: str           # collective | wait | between | running
     what: str           # "all_reduce", "Event.wait"
     where: str          # "update_critic (critic.py:54)": the innermost frame of user code
-
-
-def states(results) -> list[RankState]:
-    out = []
-    for r in results:
-        t = stacks.main_thread(r.threads or [])
-        if t is None:
-            continue
-        kind, what, frame = stacks.classify(t)
-        out.append(RankState(r.target.label, r.target.role, r.target.rank, kind, what, str(frame) if frame else "?"))
-    return out
 
 
 def _ranks(ss) -> str:
@@ -44,9 +33,13 @@ def _ranks(ss) -> str:
 def explain(results) -> list[str]:
     """One line per role whose ranks are not all doing the same kind of thing (or all stuck in a
     collective); nothing for roles that look healthy."""
-    by_role: dict = {}
-    for s in states(results):
-        by_role.setdefault(s.role, []).append(s)
+    by_role: dict = {}   # role -> the state of each of its ranks' main thread
+    for r in results:
+        t = stacks.main_thread(r.threads or [])
+        if t is not None:
+            kind, what, frame = stacks.classify(t)
+            state = RankState(r.target.label, r.target.rank, kind, what, str(frame) if frame else "?")
+            by_role.setdefault(r.target.role, []).append(state)
     lines = []
     for role, ss in sorted(by_role.items()):
         coll = [s for s in ss if s.kind == "collective"]

@@ -1,23 +1,12 @@
 """Put torch.profiler operators into rldbg's Perfetto trace, nested inside the call spans.
 
-    stats = merge_torch_traces(profile_dir, put, track, origin_ns)
-
-profile_dir: the RLDBG_PROFILE dir (searched recursively for *.pt.trace.json[.gz]; traces
-    without rldbg metadata, i.e. not written by torch_prof.profile_call, are skipped).
-put(event): writes one Chrome JSON event (the exporter's own writer).
-track(role, rank) -> (pid, tid) of that rank's call slices, or None to skip the trace; or
-    (pid, tid, clock_offset_ns) to shift the rank's operators onto the trace's one clock.
-origin_ns: the exporter's time origin; ts/dur are written as "µs.nnn" strings relative to it,
-    like the exporter's own events.
-within=(lo_ns, hi_ns): optional, skip traces whose call window lies outside it (old runs).
-
-Why the care: Perfetto ignores torch's baseTimeNanoseconds and drops an X slice that overlaps
-a sibling without nesting. So the operators are shifted onto unix ns; the main thread's slices
-(those of the thread that ran the rldbg:<method> annotation) go onto the call's own track,
-kept only inside the annotation window and forced to nest; other threads and GPU streams go
-to child tracks "rank N torch <thread>" (tid*1000+k) where nesting inside the call is moot.
-Flow arrows, profiler-internal events and metadata are dropped; [memory] instants become
-counters "rank N torch <device> allocated".
+Perfetto ignores torch's baseTimeNanoseconds and drops an X slice that overlaps a sibling without
+nesting. So the operators are shifted onto unix ns; the main thread's slices (those of the thread
+that ran the rldbg:<method> annotation) go onto the call's own track, kept only inside the
+annotation window and forced to nest; other threads and GPU streams go to child tracks
+"rank N torch <thread>" (tid*1000+k) where nesting inside the call is moot. Flow arrows,
+profiler-internal events and metadata are dropped; [memory] instants become counters
+"rank N torch <device> allocated".
 """
 from __future__ import annotations
 
@@ -76,12 +65,10 @@ def _nest(slices: list) -> tuple[list, int]:
     return kept, dropped
 
 
-def torch_trace_events(pt_trace_path: str, pid: int, tid: int, origin_ns: int, rank: int | None = None,
-                       trace: dict | None = None) -> list[dict]:
+def torch_trace_events(trace: dict, pid: int, tid: int, origin_ns: int) -> list[dict]:
     """Chrome JSON events for one torch trace, on rldbg's clock, main-thread ops on (pid, tid)."""
-    trace = trace if trace is not None else read_trace(pt_trace_path)
     meta = trace_meta(trace) or {}
-    rank = meta.get("rank", 0) if rank is None else rank
+    rank = meta.get("rank", 0)
     events = trace.get("traceEvents") or []
     base = int(trace.get("baseTimeNanoseconds") or 0)
     ann_name = meta.get("annotation")
@@ -144,7 +131,11 @@ def find_traces(profile_dir: str) -> list[str]:
 
 
 def merge_torch_traces(profile_dir: str, put, track, origin_ns: int, within=None) -> dict:
-    """Merge every rldbg-written torch trace under profile_dir; see the module docstring."""
+    """Merge every torch trace profile_call wrote under profile_dir (others are skipped): each
+    event goes to put(event), the exporter's writer, with ts/dur as "µs.nnn" strings relative to
+    origin_ns. track(role, rank) gives the (pid, tid) of the rank's call slices, or (pid, tid,
+    clock_offset_ns) to shift its operators onto the trace's one clock, or None to skip the trace;
+    within=(lo_ns, hi_ns) skips traces whose call window lies outside it (old runs)."""
     stats = {"traces": 0, "events": 0, "skipped": 0}
     lo, hi = within if within else (None, None)
     for path in find_traces(profile_dir):
@@ -160,7 +151,7 @@ def merge_torch_traces(profile_dir: str, put, track, origin_ns: int, within=None
             continue
         # track may add the rank's clock offset (rldbg.trace.clock): its operators then move with its calls
         pid, tid, *offset = where
-        for ev in torch_trace_events(path, pid, tid, origin_ns - (offset[0] if offset else 0), trace=trace):
+        for ev in torch_trace_events(trace, pid, tid, origin_ns - (offset[0] if offset else 0)):
             put(ev)
             stats["events"] += 1
         stats["traces"] += 1

@@ -84,7 +84,13 @@ def dump(pid: int, native: bool = False, timeout: float = 30.0) -> list[Thread]:
 
 
 _THREAD = re.compile(r'^Thread (?P<tid>0x[0-9a-fA-F]+|\d+) \((?P<state>[^)]*)\)(?::\s*"(?P<name>.*)")?')
-_FRAME = re.compile(r"^\s+(?P<name>.+?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)\s*$")
+_FRAME = re.compile(r"(?P<name>.+?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)")
+
+
+def parse_frame(text: str) -> Frame | None:
+    """"name (file:line)", as py-spy prints a frame in a dump and in collapsed stacks."""
+    m = _FRAME.fullmatch(text.strip())
+    return Frame(m.group("name"), m.group("file"), int(m.group("line")) if m.group("line") else None) if m else None
 
 
 def parse_dump_text(text: str) -> list[Thread]:
@@ -97,10 +103,9 @@ def parse_dump_text(text: str) -> list[Thread]:
             threads.append(Thread(m.group("name") or "", int(tid, 16) if tid.startswith("0x") else int(tid),
                                   "active" in m.group("state"), []))
             continue
-        f = _FRAME.match(line)
+        f = parse_frame(line) if line[:1].isspace() else None
         if f and threads:
-            threads[-1].frames.append(Frame(f.group("name"), f.group("file"),
-                                            int(f.group("line")) if f.group("line") else None))
+            threads[-1].frames.append(f)
     return threads
 
 

@@ -8,12 +8,13 @@ their environment. Empty roles/ranks/steps/methods mean "all"; dir is required.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
-
 from os import getenv as _env
 
 from rldbg.switches import PROFILE as ENV
+
 KEYS = ("roles", "ranks", "steps", "methods", "dir", "run")
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 _RUN = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")   # a directory name: no '/', no leading '.'
@@ -112,13 +113,11 @@ def to_env(dir: str, roles=(), ranks=(), steps=(), methods=(), run: str = "rldbg
     return parse(text).to_env()
 
 
-_cache: dict = {"text": None, "spec": None}
-
-
 def from_env() -> ProfileSpec | None:
-    """The spec in RLDBG_PROFILE, parsed once per distinct value; None when unset."""
-    text = _env(ENV)
-    if text != _cache["text"]:
-        _cache["spec"] = parse(text) if text and text.strip() else None
-        _cache["text"] = text
-    return _cache["spec"]
+    """The spec in RLDBG_PROFILE; None when unset."""
+    return _parsed(_env(ENV))
+
+
+@functools.lru_cache(maxsize=8)   # once per distinct value: read on every worker call
+def _parsed(text: str | None) -> ProfileSpec | None:
+    return parse(text) if text and text.strip() else None

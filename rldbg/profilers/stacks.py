@@ -69,21 +69,13 @@ def fetch(targets, dash, native: bool = False, via: str = "auto") -> list[Result
         except pyspy.PySpyError as e:
             return Result(t, error=str(e))
 
-    if via != "local" and targets:
-        first = one(targets[0])   # learn whether the dashboard works before fanning out
-        rest = targets[1:]
-    else:
-        first, rest = None, targets
+    head = [one(targets[0])] if via != "local" and targets else []   # does the dashboard work?
     with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(one, rest))
-    return ([first] if first else []) + results
+        return head + list(pool.map(one, targets[len(head):]))
 
 
 def main_thread(threads):
-    for t in threads:
-        if t.name == "MainThread":
-            return t
-    return threads[0] if threads else None
+    return next((t for t in threads if t.name == "MainThread"), threads[0] if threads else None)
 
 
 def _clean(frame):

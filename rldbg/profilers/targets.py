@@ -1,9 +1,8 @@
 """The worker processes a profiling command points at, found through the Ray dashboard.
 
-The identity a worker published (rldbg.instrument.set_worker_identity, read through
-rldbg.debug.registry) gives roles and rank (else an rldbg label as repr, else the name
-"<run>:actor+critic:rank1", which also gives the run); the actor's pid and node give where py-spy must run. Actors that follow neither
-convention are still listed (labelled by class and pid) unless a role or rank is asked for.
+Roles and rank come from the identity a worker published (rldbg.debug.registry), else from the
+actor name "<run>:actor+critic:rank1" (which also gives the run); the actor's pid and node say
+where py-spy must run. Other actors are listed by class and pid unless a role or rank is asked for.
 """
 from __future__ import annotations
 
@@ -39,7 +38,8 @@ class Target:
 
     @property
     def slug(self) -> str:
-        return (f"{self.role}_rank{self.rank}" if self.rank is not None else f"{self.role}_pid{self.pid}").replace("+", "-")
+        tail = f"_rank{self.rank}" if self.rank is not None else f"_pid{self.pid}"
+        return (self.role + tail).replace("+", "-")
 
     @property
     def local(self) -> bool:

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 
 from rldbg.extras import MissingExtra, check
@@ -31,17 +30,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def find_scalars(logdir: str) -> list[str]:
-    """TensorBoard event files (the trainer's metrics run, <run_dir>/tb/metrics) under logdir."""
-    return sorted(os.path.join(d, f) for d, _, files in os.walk(logdir) for f in files if ".tfevents." in f)
-
-
 def check_logdir(logdir: str) -> tuple[list[str], list[str]]:
     """(torch traces, scalar event files) under logdir; raises when there is nothing to show."""
     if not os.path.isdir(logdir):
         raise TensorBoardError(f"directory {logdir!r} does not exist; pass --logdir DIR "
                                "(a run's tb/ directory, default <run_dir>/tb)")
-    traces, scalars = find_traces(logdir), find_scalars(logdir)
+    traces = find_traces(logdir)
+    # TensorBoard event files: the trainer's metrics run, <run_dir>/tb/metrics
+    scalars = sorted(os.path.join(d, f) for d, _, files in os.walk(logdir) for f in files if ".tfevents." in f)
     if not traces and not scalars:
         raise TensorBoardError(f"nothing to show under {logdir!r}: no *.pt.trace.json (profile some calls: "
                                "profile.roles/ranks/steps, or RLDBG_PROFILE=...) and no metrics "
@@ -82,20 +78,3 @@ def wait_ready(proc: subprocess.Popen, base: str, timeout: float = 60.0) -> None
         except (urllib.error.URLError, OSError, ValueError):
             time.sleep(0.5)
     raise TensorBoardError(f"tensorboard did not answer at {base} within {timeout:.0f} s")
-
-
-def wait_runs(base: str, want: set, timeout: float = 90.0) -> list[str]:
-    """Poll /runs until every run in `want` is listed and loading has finished."""
-    deadline, runs = time.monotonic() + timeout, []
-    while time.monotonic() < deadline:
-        body = get_json(base + PLUGIN_API + "/runs")
-        runs = body.get("runs", [])
-        if want <= set(runs) and not body.get("loading"):
-            return runs
-        time.sleep(1.0)
-    raise TensorBoardError(f"runs {sorted(want)} not loaded within {timeout:.0f} s; have {runs}")
-
-
-def workers(base: str, run: str, view: str = "Overview") -> list[str]:
-    q = urllib.parse.urlencode({"run": run, "view": view})
-    return get_json(f"{base}{PLUGIN_API}/workers?{q}")

@@ -48,23 +48,15 @@ def trace_path(dir: str, run: str, role: str, rank: int, method: str, step) -> s
     return path
 
 
-def _activities():
-    import torch
-    from torch.profiler import ProfilerActivity
-
-    acts = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        acts.append(ProfilerActivity.CUDA)
-    return acts
-
-
 @contextlib.contextmanager
 def _profiled(spec, role: str, rank: int, method: str, step):
-    from torch.profiler import profile, record_function
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     meta = {"role": role, "rank": rank, "step": step, "method": method, "pid": os.getpid(),
             "annotation": f"{ANNOTATION_PREFIX}{method}"}
-    prof = profile(activities=_activities(), record_shapes=True, with_stack=False, profile_memory=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    prof = profile(activities=activities, record_shapes=True, with_stack=False, profile_memory=True)
     try:
         with prof:
             meta["t0_ns"] = time.time_ns()
@@ -75,14 +67,10 @@ def _profiled(spec, role: str, rank: int, method: str, step):
                 meta["t1_ns"] = time.time_ns()
                 prof.add_metadata_json(META_KEY, json.dumps(meta))
     finally:
-        # Export even when the call raised: the profile of a failing call is worth keeping.
-        _export(prof, trace_path(spec.dir, spec.run, role, rank, method, step))
-
-
-def _export(prof, path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    # Write under a name the plugin ignores, then rename: TensorBoard may scan at any moment and
-    # chokes on a half-written trace.
-    tmp = path + ".tmp"
-    prof.export_chrome_trace(tmp)
-    os.replace(tmp, path)
+        # Export even when the call raised: the profile of a failing call is worth keeping. Under a
+        # name the plugin ignores, then renamed: TensorBoard may scan at any moment and chokes on a
+        # half-written trace.
+        path = trace_path(spec.dir, spec.run, role, rank, method, step)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        prof.export_chrome_trace(path + ".tmp")
+        os.replace(path + ".tmp", path)

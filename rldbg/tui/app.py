@@ -10,12 +10,11 @@ import time
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.message import Message
 from textual.widgets import Footer, TabbedContent, TabPane
 
 from rldbg.tui.data import DataSource, Snapshot
-from rldbg.tui.screens.help import HelpScreen
-from rldbg.tui.view import Model, View
+from rldbg.tui.screens import HelpScreen
+from rldbg.tui.model import Model, View
 from rldbg.tui.widgets.breakpoints import BreakpointsView
 from rldbg.tui.widgets.events import EventsView
 from rldbg.tui.widgets.memory import MemoryView
@@ -28,15 +27,6 @@ from rldbg.tui.widgets.timeline import TimelineView
 TABS = [("roles", "Roles", RolesView), ("timeline", "Timeline", TimelineView), ("memory", "Memory", MemoryView),
         ("stepper", "Stepper", StepperView), ("breakpoints", "Breakpoints", BreakpointsView),
         ("stacks", "Stacks", StacksView), ("events", "Events", EventsView)]
-
-
-class Do(Message):
-    """Run fn on the UI thread. Posting is thread-safe and never blocks the poster, so a poll
-    thread can't hang on an app that is closing (call_from_thread would wait forever)."""
-
-    def __init__(self, fn, args=(), kw=None):
-        super().__init__()
-        self.fn, self.args, self.kw = fn, args, kw or {}
 
 
 class TopApp(App):
@@ -72,11 +62,9 @@ class TopApp(App):
         self._focus_tab("roles")
 
     def _freeze(self) -> None:
-        """The ~60k objects of start-up (modules, classes, widgets), and the event store once
-        the backlog is read, live as long as the app; moved out of the collector's view, a full
-        collection does not stall a frame for 40-60 ms scanning them (a collection right
-        before makes sure no garbage is frozen). Only in a process of our own (`rldbg top`):
-        freezing is process-wide."""
+        """The ~60k objects of start-up, and the event store once the backlog is read, live as long
+        as the app: frozen, a full collection does not stall a frame 40-60 ms scanning them (the
+        collection first frees the garbage). Only in `rldbg top`'s own process: it is process-wide."""
         if self.freeze_gc:
             gc.collect()
             gc.freeze()
@@ -122,13 +110,10 @@ class TopApp(App):
                 pass   # the poll loop reports the connection state
 
     def _call(self, fn, *args, **kw) -> bool:
-        if self._stop.is_set():
-            return False
-        self.post_message(Do(fn, args, kw))
-        return True
-
-    def on_do(self, msg: Do) -> None:
-        msg.fn(*msg.args, **msg.kw)
+        """Run fn on the UI thread. call_later posts a message: thread-safe, and it never blocks
+        the poster, so a poll thread can't hang on an app that is closing (call_from_thread would
+        wait forever)."""
+        return not self._stop.is_set() and self.call_later(fn, *args, **kw)
 
     @work(thread=True, group="action")
     def _act(self, what: str, fn, *args, **kw) -> None:
@@ -182,14 +167,16 @@ class TopApp(App):
 
     def action_export(self) -> None:
         self.notify("exporting the trace ...", timeout=3)
-        self._act("export", self.source.export)
+        self._act("export", lambda: self.source.hub_client().export())
 
     def gate(self, action: str, **kw) -> None:
-        self._act(f"gate {action}", self.source.gate, action, **kw)
+        self._act(f"gate {action}", lambda: self.source.hub_client().gate(action, **kw))
 
     def breakpoint(self, op: str, spec: str) -> None:
-        fn = self.source.add_breakpoint if op == "add" else self.source.remove_breakpoint
-        self._act(f"breakpoint {op} {spec!r}", fn, spec)
+        def call():
+            hub = self.source.hub_client()
+            return (hub.add_breakpoint if op == "add" else hub.remove_breakpoint)(spec)
+        self._act(f"breakpoint {op} {spec!r}", call)
 
     def show_stacks(self, role: str, rank: int | None) -> None:
         stacks = self.query_one(StacksView)

@@ -44,11 +44,12 @@ class DataSource:
 
     def poll(self) -> Snapshot: raise NotImplementedError
     def heartbeat(self) -> None: pass
-    def gate(self, action: str, **kw) -> dict: raise NotImplementedError
-    def add_breakpoint(self, spec: str) -> list: raise NotImplementedError
-    def remove_breakpoint(self, spec: str) -> list: raise NotImplementedError
-    def export(self) -> dict: raise NotImplementedError
     def stacks(self, role: str | None, rank: int | None) -> str: raise NotImplementedError
+
+    def hub_client(self):
+        """What the user's actions go to: gate, add_breakpoint, remove_breakpoint, export, as
+        rldbg.control.client.HubClient has them."""
+        raise NotImplementedError
 
 
 class LiveSource(DataSource):
@@ -69,7 +70,6 @@ class LiveSource(DataSource):
         self._idents: dict = {}
         self._idents_at = 0.0
 
-    # ---- polling ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def _timed(self, what: str):
         start = time.monotonic()
@@ -85,7 +85,7 @@ class LiveSource(DataSource):
                     found = self._find_hub()
                     if isinstance(found, Snapshot):
                         return found
-                actors = self._actors()
+                actors = [a for a in self.dash.actors(detail=True) if not self.job_id or a.get("job_id") == self.job_id]
                 self._slow()
         except DashboardError as e:
             return Snapshot("disconnected", f"disconnected, retrying: {e}")
@@ -115,16 +115,12 @@ class LiveSource(DataSource):
         h = hubs[0]
         token = self.token or h.get("token")
         if not token:
-            return Snapshot("disconnected", f"found the hub of run {h['run']} at {h['url']} but no token: pass "
-                                            "--token or RLDBG_TOKEN (from ~/.rldbg/hub-<job>-<pid>.json on the driver's machine)")
+            return Snapshot("disconnected", f"found the hub of run {h['run']} at {h['url']} but no token: pass --token "
+                                            f"or {TOKEN} (from ~/.rldbg/hub-<job>-<pid>.json on the driver's machine)")
         if h["job_id"] != self.job_id or h["url"] != getattr(self.hub, "url", None):
             self.cursor = None   # another run: its event stream starts over
         self.hub, self.job_id = HubClient(h["url"], token, timeout=self.timeout), h["job_id"]
         return None
-
-    def _actors(self) -> list:
-        rows = self.dash.actors(detail=True)
-        return [a for a in rows if a.get("job_id") == self.job_id] if self.job_id else rows
 
     def _identities(self, actors: list) -> dict:
         """Workers' published identities; read again (at most every SLOW_EVERY_S) only when a live
@@ -179,8 +175,7 @@ class LiveSource(DataSource):
                 break
         snap.behind = max(0, total - self.cursor)
 
-    # ---- actions ---------------------------------------------------------------------------
-    def _hub(self) -> HubClient:
+    def hub_client(self) -> HubClient:
         if self.hub is None:
             raise HubError("no run connected yet")
         return self.hub
@@ -188,18 +183,6 @@ class LiveSource(DataSource):
     def heartbeat(self) -> None:
         if self.hub is not None:
             self.hub.heartbeat()
-
-    def gate(self, action: str, **kw) -> dict:
-        return self._hub().gate(action, **kw)
-
-    def add_breakpoint(self, spec: str) -> list:
-        return self._hub().add_breakpoint(spec)
-
-    def remove_breakpoint(self, spec: str) -> list:
-        return self._hub().remove_breakpoint(spec)
-
-    def export(self) -> dict:
-        return self._hub().export()
 
     def stacks(self, role: str | None, rank: int | None) -> str:
         from rldbg.profilers import stacks, targets

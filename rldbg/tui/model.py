@@ -2,8 +2,9 @@
 
 EventStore folds the hub's event stream incrementally (each poll brings only new events) into
 bounded per-rank state: the latest call, memory and ledger samples, recent slices for the
-timeline, transition markers, instants and leak flags. build_view() joins it with the dashboard's
-actors into immutable-enough lists the UI thread renders without locking.
+timeline, transition markers, instants and leak flags. Model joins it with the dashboard's actors
+into a View: plain lists and dicts, copied out of the store, so the UI thread never reads state
+the poll thread mutates.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rldbg.analysis import transitions as truth
 from rldbg.debug.registry import identify
 from rldbg.memory.leaks import MIN_CYCLES, WARMUP_CYCLES, describe, leak_suspicions, observe
 from rldbg.trace.events import moves
+from rldbg.tui.data import Snapshot
 
 LANE_SLICES = 600        # timeline slices kept per lane; the view shows the last N steps of them
 MEM_POINTS = 600         # memory samples kept per rank
@@ -113,7 +115,7 @@ class EventStore:
                 lane.last_end = max(lane.last_end, ts + dur)
                 lane.method, lane.step = e.get("name"), e.get("step")
                 if str(args.get("status", "")).startswith("error"):
-                    self.note(ts, "error", f"{role} rank {rank} {e.get('name')} failed ({args['status']})")
+                    self.notes.append((ts, "error", f"{role} rank {rank} {e.get('name')} failed ({args['status']})"))
             else:
                 lane.marks.append((ts + dur, marker_of(args), e.get("name")))
                 lane.truth.transition(e.get("name") or "", ts, dur, e.get("step"), args)
@@ -125,15 +127,15 @@ class EventStore:
                 self.steps.setdefault(e.get("step"), [ts, None])
             elif e.get("name") == sentinel.EVENT:   # the rank's row says so too (role_rows)
                 self.alarms[(args.get("role", role), args.get("rank", rank))] = args
-                self.note(ts, "non-finite", sentinel.describe(args))
+                self.notes.append((ts, "non-finite", sentinel.describe(args)))
             else:
                 who = f"{role} rank {rank}" if role not in (None, "driver") else (role or "driver")
                 detail = " ".join(f"{k}={v}" for k, v in args.items() if k in ("file", "line", "reason", "method"))
-                self.note(ts, e.get("name") or "instant", f"{who} {detail}".strip())
+                self.notes.append((ts, e.get("name") or "instant", f"{who} {detail}".strip()))
         elif ph == "D":
             self._slice(("driver", 0), (ts, dur, e.get("name"), "driver", e.get("step"), args.get("status")))
             if args.get("status") == "error":
-                self.note(ts, "error", f"driver call {e.get('name')} failed: {args.get('error', '?')}")
+                self.notes.append((ts, "error", f"driver call {e.get('name')} failed: {args.get('error', '?')}"))
 
     def _slice(self, lane: tuple, s: tuple) -> None:
         if s[3] != "transition" and s[2]:
@@ -142,9 +144,6 @@ class EventStore:
         if q is None:
             q = self.slices[lane] = collections.deque(maxlen=LANE_SLICES)
         q.append(s)
-
-    def note(self, ts: int, kind: str, text: str) -> None:
-        self.notes.append((ts, kind, text))
 
     def _check_leak(self, role, rank, lane: Lane, name: str, args: dict, step, end: int) -> None:
         """rldbg.memory.leaks' rule (the one `rldbg report` applies), live over this rank's last
@@ -159,8 +158,7 @@ class EventStore:
         q.append(c)
         if len(q) < WARMUP_CYCLES + MIN_CYCLES:
             return    # the rule gives no verdict yet: skip the work (ingest is on the poll path)
-        old = lane.flagged.pop(name, ())
-        for key in old:
+        for key in lane.flagged.pop(name, ()):
             self.flags.pop(key, None)
         found = leak_suspicions(q)
         if found:
@@ -261,3 +259,85 @@ def sort_filter(rows: list[RoleRow], sort: str, text: str) -> list[RoleRow]:
         rows = [r for r in rows if any(t in str(c).lower() for c in r.cells())]
     key = SORTS.get(sort, SORTS["role"])
     return sorted(rows, key=lambda r: (r.state == "dead", key(r)))
+
+
+@dataclass
+class View:
+    status: str = "waiting"
+    message: str = "waiting for a run"
+    job_id: str | None = None
+    hub_url: str | None = None
+    address: str = ""
+    state: dict = field(default_factory=dict)
+    rows: list = field(default_factory=list)
+    slices: dict = field(default_factory=dict)   # (role, rank) -> [(ts, dur, name, cat, step, status)]
+    steps: dict = field(default_factory=dict)
+    last_ts: int = 0
+    memory: list = field(default_factory=list)   # [(role, rank, [(ts, v)], [(ts, letter, name)], ledger)]
+    flags: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    paused: list = field(default_factory=list)
+    events: int = 0
+    behind: int = 0
+    methods: list = field(default_factory=list)   # call names seen, sorted
+
+    @property
+    def gate(self) -> dict:
+        return self.state.get("gate") or {}
+
+
+class Model:
+    def __init__(self, address: str = ""):
+        self.address = address
+        self.store = EventStore()
+        self.job_id = None
+        self.last = View(address=address)
+
+    def update(self, snap: Snapshot) -> View:
+        if snap.job_id and snap.job_id != self.job_id:
+            self.store, self.job_id = EventStore(), snap.job_id   # a new run: nothing carries over
+        if snap.status != "connected":
+            # Keep the last picture (greyed by the status bar) rather than blanking every view.
+            v = self.last
+            self.last = View(**{**v.__dict__, "status": snap.status, "message": snap.message,
+                                "rows": self._rows(snap.actors, None, {}, [], snap.identities) if snap.actors
+                                else v.rows})
+            return self.last
+        self.store.add(snap.events)
+        st = self.store
+        paused = _merge_paused((snap.state.get("breakpoints") or {}).get("paused") or [], snap.paused)
+        stats = (snap.state.get("stats") or {}).get("trace") or {}
+        if stats.get("dropped"):
+            st.flags["dropped"] = f"{stats['dropped']} trace events dropped by full per-process buffers"
+        self.last = View(
+            "connected", snap.message, snap.job_id, snap.hub_url, self.address, snap.state,
+            self._rows(snap.actors, snap.state, snap.gpu_by_pid, paused, snap.identities),
+            # Tuples, not lists: a tuple of plain tuples drops out of the GC's tracking after one
+            # pass, so these ~600 slices x 384 lanes never lengthen a full collection (a UI hitch).
+            {k: tuple(v) for k, v in sorted(st.slices.items(), key=_slice_key)},
+            {k: tuple(v) for k, v in st.steps.items()}, st.last_ts,
+            [(role, rank, tuple(ln.mem), tuple(ln.marks), dict(ln.ledger))
+             for (role, rank), ln in sorted(st.lanes.items(), key=_lane_key) if ln.mem or ln.ledger],
+            list(st.flags.values()), list(st.notes), paused, st.count, snap.behind, sorted(st.methods))
+        return self.last
+
+    def _rows(self, actors, state, gpu, paused, identities):
+        return role_rows(actors, self.store, state, gpu, {p.get("pid") for p in paused}, identities)
+
+
+def _lane_key(item):
+    (role, rank), _ = item
+    return (str(role), rank if isinstance(rank, int) else -1)
+
+
+def _slice_key(item):
+    (role, rank), _ = item
+    return (role != "driver", str(role), rank if isinstance(rank, int) else -1)
+
+
+def _merge_paused(hub_paused: list, dash_paused: list) -> list:
+    """The hub knows rldbg breakpoints (file, line, spec); the dashboard knows every debugpy pause."""
+    out = {p.get("pid"): dict(p) for p in dash_paused}
+    for p in hub_paused:
+        out[p.get("pid")] = {**out.get(p.get("pid"), {}), **p}
+    return sorted(out.values(), key=lambda p: (str(p.get("role")), p.get("rank") or 0))

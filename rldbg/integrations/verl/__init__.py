@@ -1,34 +1,18 @@
-"""rldbg for VeRL, with no change to VeRL's code or the program's.
-
-    RLDBG_VERL=1 [RLDBG_TRACE=out.json.gz] python my_verl_program.py
-    rldbg.integrations.verl.install()                # the same, from Python
-
-How it loads: rldbg registers a `verl.plugins` entry point (rldbg_verl_plugin); VeRL loads those
-while `import verl` runs, so every process importing VeRL (driver, TaskRunner actor, workers,
-before their worker modules load) installs the integration when RLDBG_VERL=1. The driver also
-hands RLDBG_VERL=1 to the workers it creates through VeRL's worker_env, so `install()` in a driver
-is enough for its worker groups.
-
-What install() hooks, each when its VeRL module loads (see pins.py for the internals relied on):
-  driver   WorkerGroup._bind_worker_method: one rldbg driver call per group method (dispatch, wait,
-           collect, flows to ranks), role from the colocated key / name_prefix / class; step
-           markers from RayPPOTrainer.global_steps, else from call order (steps.py)
-  workers  every @register method of every Worker class: the rank's span with memory, breakpoint
-           specs (RLDBG_BREAKPOINTS=role.method@rank=1), post-mortem (RLDBG_POST_MORTEM=1), the
-           non-finite sentinel on its output (a DataProto's tensors; warn unless
-           RLDBG_ON_NONFINITE=stop); the actor's repr becomes "role[rank r/w]"; a custom dispatch
-           mode's merged result is checked by the controller
-  engines  FSDP/Megatron offload/load helpers as transition spans (transitions.py)
-  rollout  the hybrid worker's rollout resume/release and the async rollout servers'
-           wake_up/sleep/release_kv_cache/resume_kv_cache as transition spans (rollout.py)
-  Ray      with RLDBG_TRACE=PATH, tracing starts at ray.init and the trace is written at
-           ray.shutdown or exit (switch.py)
+"""rldbg for VeRL, with no change to VeRL's code or the program's (the README's "Using rldbg with
+VeRL": RLDBG_VERL=1 loads it through a `verl.plugins` entry point in every process that imports
+VeRL; `install()` does it from Python). What install() hooks, each when its VeRL module loads:
+  driver   WorkerGroup._bind_worker_method: one rldbg driver call per group method (driver.py);
+           step markers from RayPPOTrainer.global_steps, else from call order (steps.py)
+  workers  every @register method of every Worker class runs in the rank's span (worker.py)
+  engines  FSDP/Megatron offload/load helpers and rollout sleep/wake as transitions (transitions.py)
+  Ray      with RLDBG_TRACE=PATH, tracing from ray.init to ray.shutdown or exit (switch.py)
+The VeRL internals relied on are listed and checked in pins.py.
 """
 from __future__ import annotations
 
 import sys
 
-from rldbg.integrations.verl._imports import when_imported
+from rldbg.integrations.verl.hooks import when_imported
 
 _installed: list = []
 
@@ -38,7 +22,7 @@ def install(check: bool = True) -> None:
     now and pins.VerlVersionError raised if it lacks an internal this relies on."""
     if _installed:
         return
-    from rldbg.integrations.verl import driver, pins, rollout, steps, switch, transitions, worker
+    from rldbg.integrations.verl import driver, pins, steps, switch, transitions, worker
 
     switch.check_switch()
     _nonfinite_default()
@@ -49,31 +33,21 @@ def install(check: bool = True) -> None:
             pins.check_module(importlib.import_module(name))
     _installed.append(True)
 
-    def worker_module(mod):
-        from verl.single_controller.base.decorator import MAGIC_ATTR
-
-        from rldbg.integrations.verl import pins
-
-        pins.check_module(mod)
-        worker.patch_worker_module(mod, MAGIC_ATTR)
-
-    for name, fn in [("verl.single_controller.base.worker", worker_module),
+    for name, fn in [("verl.single_controller.base.worker", worker.patch_worker_module),
                      ("verl.single_controller.base.worker_group", driver.patch_worker_group_module),
                      ("verl.single_controller.ray.base", driver.patch_ray_module),
                      ("verl.trainer.ppo.ray_trainer", steps.patch_trainer_module),
                      ("verl.utils.fsdp_utils", transitions.patch_fsdp),
                      ("verl.utils.megatron_utils", transitions.patch_megatron),
-                     ("verl.workers.rollout.base", rollout.patch_rollout_base),
-                     *[(name, rollout.patch_server) for name in rollout.SERVERS]]:
+                     ("verl.workers.rollout.base", transitions.patch_rollout_base),
+                     *[(name, transitions.patch_server) for name in transitions.SERVERS]]:
         when_imported(name, _guarded(fn))
     switch.install_trace_switch()
 
 
 def _nonfinite_default() -> None:
-    """On VeRL the non-finite sentinel warns unless RLDBG_ON_NONFINITE says otherwise: every NaN/Inf
-    output is an alarm in the trace (and a flight-recorder trigger) and a line on stderr, but the
-    run is the program's to stop (RLDBG_ON_NONFINITE=stop stops it at the call, as the reference
-    trainer does by default)."""
+    """On VeRL the non-finite sentinel warns unless RLDBG_ON_NONFINITE says otherwise: the run is
+    the program's to stop."""
     import os
 
     from rldbg import sentinel, switches
@@ -97,19 +71,10 @@ def _guarded(fn):
     return run
 
 
-def installed() -> bool:
-    return bool(_installed)
-
-
 def install_from_env() -> None:
-    """The entry point's path: like install(), but a VeRL whose internals moved gets one line on
-    stderr and an untouched run instead of an exception inside `import verl`."""
-    from rldbg.integrations.verl.pins import VerlVersionError
-
-    try:
-        install(check=False)
-    except VerlVersionError as e:
-        print(f"rldbg: {e}; continuing without rldbg", file=sys.stderr)
+    """The entry point's path: nothing is checked up front, so a VeRL whose internals moved gets a
+    line on stderr per patch (_guarded) and an untouched run, not an exception in `import verl`."""
+    install(check=False)
 
 
 def end_step() -> None:

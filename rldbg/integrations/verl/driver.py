@@ -7,27 +7,27 @@ call_begin → call_ready (after dispatch) → call_dispatched (after submit) �
 """
 from __future__ import annotations
 
-import functools
-import queue
+import concurrent.futures
 import threading
 
 from rldbg import instrument, sentinel
 from rldbg.integrations.verl import pins
 from rldbg.integrations.verl.steps import STEPS
-from rldbg.integrations.verl.worker import MARK, ROLE_ENV, TAG
+from rldbg.integrations.verl.hooks import MARK, patches
+from rldbg.integrations.verl.worker import TAG
+from rldbg.switches import VERL, VERL_ROLE
 from rldbg.trace import runtime as _rt
 
 ROLES_ATTR = "_rldbg_colocated"   # on a colocated WorkerDict class: {prefixed method: (role, method)}
 GROUP_ROLE = "_rldbg_role"        # on a worker group: the role its calls are named after
 
-_local = threading.local()
+
+class _Calls(threading.local):
+    def __init__(self):
+        self.stack: list = []   # this thread's driver calls in progress, innermost last
 
 
-def _stack() -> list:
-    st = getattr(_local, "calls", None)
-    if st is None:
-        st = _local.calls = []
-    return st
+_calls = _Calls()
 
 
 # ---- naming -------------------------------------------------------------------------------
@@ -59,12 +59,10 @@ def _call_names(wg, udc, method_name: str) -> tuple[str, str]:
     return wg.__dict__.get(GROUP_ROLE) or raw_class(udc).__name__, method_name
 
 
-def _taggable(udc, method_name: str, magic: str) -> bool:
+def _taggable(udc, method_name: str) -> bool:
     """Only methods wrapped on the worker side accept the tag keyword."""
-    fn = getattr(udc, method_name, None)
-    if getattr(fn, MARK, False):
-        return True
-    return method_name in (getattr(udc, ROLES_ATTR, None) or {})
+    colocated = getattr(udc, ROLES_ATTR, None) or {}
+    return getattr(getattr(udc, method_name, None), MARK, False) or method_name in colocated
 
 
 def _mode_name(udc, method_name: str, magic: str) -> str:
@@ -76,15 +74,11 @@ def _mode_name(udc, method_name: str, magic: str) -> str:
 # ---- summaries (cheap: sizes only) ---------------------------------------------------------
 
 def brief(obj) -> dict | None:
+    """Rows and keys (shape, dtype, bytes) of a DataProto's tensors, else rldbg's own summary."""
     batch = getattr(obj, "batch", None)
-    if batch is not None and hasattr(batch, "items"):
-        keys = []
-        for k, v in batch.items():
-            if hasattr(v, "element_size"):
-                keys.append({"key": str(k), "shape": list(v.shape), "dtype": str(v.dtype),
-                             "nbytes": int(v.numel() * v.element_size())})
-        return {"rows": len(obj), "keys": keys}
-    return instrument.summarize(obj)
+    if batch is None or not hasattr(batch, "items"):
+        return instrument.summarize(obj)
+    return dict(instrument.summarize({k: v for k, v in batch.items() if hasattr(v, "element_size")}), rows=len(obj))
 
 
 def _shards(args, kwargs, world: int) -> list | None:
@@ -107,12 +101,12 @@ def _shards(args, kwargs, world: int) -> list | None:
 
 def make_generator(udc, func_generator, magic: str):
     def generator(wg, method_name, dispatch_fn, collect_fn, execute_fn, blocking):
-        taggable = _taggable(udc, method_name, magic)
+        taggable = _taggable(udc, method_name)
         mode = _mode_name(udc, method_name, magic)
 
         def dispatch(group, *args, **kwargs):
             out = dispatch_fn(group, *args, **kwargs)
-            st = _stack()
+            st = _calls.stack
             if st:
                 call = st[-1]
                 # The shard table the stepper shows while parked before this dispatch; execute()
@@ -123,7 +117,7 @@ def make_generator(udc, func_generator, magic: str):
             return out
 
         def execute(name, *args, **kwargs):
-            st = _stack()
+            st = _calls.stack
             call = st[-1] if st else None
             world = len(wg._workers)
             shards = None
@@ -149,7 +143,7 @@ def make_generator(udc, func_generator, magic: str):
             _drain()
             role, method = _call_names(wg, udc, method_name)
             call = instrument.call_begin(role, method, mode, len(wg._workers), STEPS.on_call(role, method))
-            st = _stack()
+            st = _calls.stack
             st.append(call)
             try:
                 out = inner(*args, **kwargs)
@@ -181,16 +175,24 @@ def make_generator(udc, func_generator, magic: str):
 
 
 # ---- blocking=False: the call closes when its ranks' results are ready ---------------------
-# Closed by whichever comes first: the next driver call (in the driver's thread, so a program that
-# waits for the futures before its next call gets calls that do not overlap), or a background
-# thread woken by Ray once the last result is ready (never Ray's own callback thread: closing may
-# pause at the step gate).
 
 class _Pending:
+    """A blocking=False call. Closed by whichever comes first: the next driver call (in the
+    driver's thread, so a program that waits for the futures before its next call gets calls that
+    do not overlap), or a thread of its own once the last result is ready (never Ray's callback
+    thread: closing may pause at the step gate)."""
+
     def __init__(self, call, refs):
         self.call, self.refs, self.closed = call, refs, False
         self.lock = threading.Lock()
         self.finished = threading.Event()   # the call's end is recorded
+        futures = [r.future() for r in refs]
+        threading.Thread(target=self._close_when_ready, args=(futures,), name="rldbg-verl-futures",
+                         daemon=True).start()
+
+    def _close_when_ready(self, futures) -> None:
+        concurrent.futures.wait(futures)
+        self.close()
 
     def close(self) -> None:
         import ray
@@ -211,41 +213,18 @@ class _Pending:
 
 
 _pending: list = []
-_ready: queue.SimpleQueue = queue.SimpleQueue()
-_closer: list = [None]
 
 
-def _refs_of(out) -> list:
+def _close_when_ready(call, out) -> None:
     import ray
 
     futures = getattr(out, "futures", None)      # VeRL's DataProtoFuture
     items = futures if isinstance(futures, list) else out if isinstance(out, (list, tuple)) else [out]
-    return [r for r in items if isinstance(r, ray.ObjectRef)]
-
-
-def _close_when_ready(call, out) -> None:
-    refs = _refs_of(out)
-    if not refs:
+    refs = [r for r in items if isinstance(r, ray.ObjectRef)]
+    if refs:
+        _pending.append(_Pending(call, refs))
+    else:
         instrument.call_collected(call, None)
-        return
-    if _closer[0] is None:
-        t = threading.Thread(target=_close_loop, name="rldbg-verl-futures", daemon=True)
-        t.start()
-        _closer[0] = t
-    entry = _Pending(call, refs)
-    _pending.append(entry)
-    left = [len(refs)]
-    lock = threading.Lock()
-
-    def done(_fut):
-        with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if last:
-            _ready.put(entry)
-
-    for r in refs:
-        r.future().add_done_callback(done)
 
 
 def _drain() -> None:
@@ -268,40 +247,26 @@ def _drain() -> None:
             _pending.remove(entry)
 
 
-def _close_loop() -> None:
-    while True:
-        _ready.get().close()
-
-
 # ---- patches --------------------------------------------------------------------------------
 
 def patch_worker_group_module(mod) -> None:
     from verl.single_controller.base.decorator import MAGIC_ATTR
 
     pins.check_module(mod)
-    wg_cls = mod.WorkerGroup
-    bind = wg_cls._bind_worker_method
-    if getattr(bind, MARK, False):
-        return
+    bind = mod.WorkerGroup._bind_worker_method
 
-    @functools.wraps(bind)
+    @patches(mod.WorkerGroup, "_bind_worker_method")
     def _bind_worker_method(self, user_defined_cls, func_generator):
         return bind(self, user_defined_cls, make_generator(user_defined_cls, func_generator, MAGIC_ATTR))
-
-    setattr(_bind_worker_method, MARK, True)
-    wg_cls._bind_worker_method = _bind_worker_method
 
 
 def patch_ray_module(mod) -> None:
     """RayWorkerGroup names its role and hands it (and the switch) to its workers through VeRL's
     own worker_env; the deprecated colocated WorkerDict records which role each method serves."""
     pins.check_module(mod)
-    rwg = mod.RayWorkerGroup
-    init = rwg.__init__
-    if getattr(init, MARK, False):
-        return
+    init, bind_parent = mod.RayWorkerGroup.__init__, mod._bind_workers_method_to_parent
 
-    @functools.wraps(init)
+    @patches(mod.RayWorkerGroup, "__init__")
     def __init__(self, resource_pool=None, ray_cls_with_init=None, *args, **kwargs):
         explicit = kwargs.get("name_prefix") is not None and kwargs.get("worker_names") is None \
             and kwargs.get("worker_handles") is None
@@ -309,17 +274,12 @@ def patch_ray_module(mod) -> None:
         self.__dict__[GROUP_ROLE] = role
         if resource_pool is not None and ray_cls_with_init is not None:
             env = dict(kwargs.get("worker_env") or {})
-            env.setdefault(ROLE_ENV, role)
-            env.setdefault("RLDBG_VERL", "1")
+            env.setdefault(VERL_ROLE, role)
+            env.setdefault(VERL, "1")
             kwargs["worker_env"] = env
         init(self, resource_pool, ray_cls_with_init, *args, **kwargs)
 
-    setattr(__init__, MARK, True)
-    rwg.__init__ = __init__
-
-    bind_parent = mod._bind_workers_method_to_parent
-
-    @functools.wraps(bind_parent)
+    @patches(mod, "_bind_workers_method_to_parent")
     def _bind_workers_method_to_parent(cls, key, user_defined_cls):
         before = set(vars(cls))
         bind_parent(cls, key, user_defined_cls)
@@ -329,5 +289,3 @@ def patch_ray_module(mod) -> None:
             if getattr(getattr(user_defined_cls, method, None), MARK, False):
                 roles[name] = (key, method)
         setattr(cls, ROLES_ATTR, roles)
-
-    mod._bind_workers_method_to_parent = _bind_workers_method_to_parent

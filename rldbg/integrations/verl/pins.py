@@ -30,17 +30,12 @@ class VerlVersionError(RuntimeError):
     pass
 
 
-def lookup(module, path: str):
-    obj = module
-    for part in path.split("."):
-        obj = inspect.getattr_static(obj, part) if inspect.isclass(obj) else getattr(obj, part)
-    return obj
-
-
 def check(module, path: str, params) -> object:
     """The object at `path` in `module`, or VerlVersionError naming what moved."""
+    obj = module
     try:
-        obj = lookup(module, path)
+        for part in path.split("."):
+            obj = inspect.getattr_static(obj, part) if inspect.isclass(obj) else getattr(obj, part)
     except AttributeError:
         raise VerlVersionError(_msg(f"{module.__name__}.{path} is gone")) from None
     if params:
@@ -58,14 +53,11 @@ def check_module(module) -> None:
 
 
 def _msg(what: str) -> str:
-    return (f"rldbg's VeRL integration supports verl {SUPPORTED}.x ({installed()} is installed) and {what}; "
-            f"unset RLDBG_VERL or install verl=={SUPPORTED}.*")
-
-
-def installed() -> str:
     try:
         from importlib.metadata import version
 
-        return f"verl {version('verl')}"
+        have = f"verl {version('verl')}"
     except Exception:
-        return "an unknown verl"
+        have = "an unknown verl"
+    return (f"rldbg's VeRL integration supports verl {SUPPORTED}.x ({have} is installed) and {what}; "
+            f"unset RLDBG_VERL or install verl=={SUPPORTED}.*")

@@ -25,8 +25,7 @@ class _Steps:
         self.from_trainer = False
         self.current = None
         self._cm = None
-        self._first: dict = {}
-        self._first_ns: dict = {}
+        self._first: dict = {}   # (role, method) -> (its order of first call, when: unix ns)
         self._count: dict = {}
         self._anchor = None
         self._session = None
@@ -57,21 +56,17 @@ class _Steps:
             return self.current
         key = (role, method)
         if key not in self._first:
-            self._first[key] = len(self._first)
-            self._first_ns[key] = time.time_ns()
+            self._first[key] = (len(self._first), time.time_ns())
         n = self._count[key] = self._count.get(key, 0) + 1
         if n >= 2 and (self._anchor is None or self._first[key] < self._first[self._anchor]):
-            if self._anchor is None:
-                self._first_pass(self._first_ns[key])
+            if self._anchor is None and _rt.STATE.on:   # step 1, recorded now that it is known
+                t0 = self._first[key][1]
+                _rt.emit(slice_event("step", "step 1", t0, time.time_ns() - t0, "driver", 0, 1, None, None,
+                                     {"step": 1, NUMBERED_AFTER: True}))
             self._anchor = key
         if key == self._anchor:
             self.start(n)
         return self.current
-
-    def _first_pass(self, t0: int) -> None:
-        if _rt.STATE.on:
-            _rt.emit(slice_event("step", "step 1", t0, time.time_ns() - t0, "driver", 0, 1, None, None,
-                                 {"step": 1, NUMBERED_AFTER: True}))
 
     def _sync_session(self) -> None:
         session = id(_rt.STATE.recorder) if _rt.STATE.on else None

@@ -12,15 +12,15 @@ becomes the driver's pid.
 from __future__ import annotations
 
 import atexit
-import functools
 import os
 import signal
 import sys
 import threading
 
+from rldbg.integrations.verl.hooks import MARK, patches
 from rldbg.integrations.verl.steps import STEPS
+from rldbg.switches import TRACE, TRACE_STEPS, TRACE_WINDOW, VERL
 
-MARK = "__rldbg_verl__"
 ACCEPTED = "a file path ending in .json or .json.gz ({pid} may appear in it)"
 
 
@@ -32,16 +32,12 @@ class SwitchError(SystemExit):
         super().__init__(2)
 
 
-# With RLDBG_TRACE: what is recorded (rldbg.trace.start's window and steps).
-WINDOW, STEPS_SWITCH = "RLDBG_TRACE_WINDOW", "RLDBG_TRACE_STEPS"
-
-
 def trace_path() -> str | None:
-    raw = os.environ.get("RLDBG_TRACE", "").strip()
+    raw = os.environ.get(TRACE, "").strip()
     if not raw:
         return None
     if not raw.endswith((".json", ".json.gz")):
-        raise SwitchError(f"RLDBG_TRACE={raw!r} is not accepted: use {ACCEPTED}")
+        raise SwitchError(f"{TRACE}={raw!r} is not accepted: use {ACCEPTED}")
     recording()   # a bad window or steps fails here too, before Ray starts
     return raw.replace("{pid}", str(os.getpid()))
 
@@ -50,22 +46,23 @@ def recording() -> dict:
     """{"window": N, "steps": ranges} from RLDBG_TRACE_WINDOW / RLDBG_TRACE_STEPS."""
     from rldbg.trace.window import parse_steps
 
-    raw = os.environ.get(WINDOW, "").strip() or "0"
+    raw = os.environ.get(TRACE_WINDOW, "").strip() or "0"
     if not raw.isdigit():
-        raise SwitchError(f"{WINDOW}={raw!r} is not accepted: use N, the steps the flight recorder keeps (0: off)")
+        raise SwitchError(f"{TRACE_WINDOW}={raw!r} is not accepted: use N, the steps the flight recorder "
+                          "keeps (0: off)")
     try:
-        steps = parse_steps(os.environ.get(STEPS_SWITCH, "").strip())
+        steps = parse_steps(os.environ.get(TRACE_STEPS, "").strip())
     except ValueError as e:
-        raise SwitchError(f"{STEPS_SWITCH}: {e}") from None
+        raise SwitchError(f"{TRACE_STEPS}: {e}") from None
     if int(raw) and steps:
-        raise SwitchError(f"{WINDOW} and {STEPS_SWITCH}: choose one")
+        raise SwitchError(f"{TRACE_WINDOW} and {TRACE_STEPS}: choose one")
     return {"window": int(raw), "steps": steps}
 
 
 def check_switch() -> None:
-    raw = os.environ.get("RLDBG_VERL", "").strip()
+    raw = os.environ.get(VERL, "").strip()
     if raw not in ("", "0", "1"):
-        raise SwitchError(f"RLDBG_VERL={raw!r} is not accepted: use 1 (on) or 0 (off)")
+        raise SwitchError(f"{VERL}={raw!r} is not accepted: use 1 (on) or 0 (off)")
 
 
 def install_trace_switch() -> None:
@@ -75,21 +72,18 @@ def install_trace_switch() -> None:
         return
     init, shutdown = ray.init, ray.shutdown
 
-    @functools.wraps(init)
+    @patches(ray, "init")
     def traced_init(*args, **kwargs):
         path = trace_path()                       # a bad value fails before Ray starts
         ctx = init(*args, **kwargs)
         start(path)
         return ctx
 
-    @functools.wraps(shutdown)
+    @patches(ray, "shutdown")
     def traced_shutdown(*args, **kwargs):
         stop()
         return shutdown(*args, **kwargs)
 
-    setattr(traced_init, MARK, True)
-    setattr(traced_shutdown, MARK, True)
-    ray.init, ray.shutdown = traced_init, traced_shutdown
     if ray.is_initialized() and _is_driver(ray):   # VeRL imported after ray.init
         start(trace_path())
 

@@ -8,58 +8,45 @@ __wrapped__ chain).
 """
 from __future__ import annotations
 
-import functools
+import contextlib
 import inspect
 import os
 
 from rldbg import instrument
-from rldbg.integrations.verl.subclasses import wrap_every_subclass
+from rldbg.integrations.verl import pins
+from rldbg.integrations.verl.hooks import MARK, around, patches, wrap_every_subclass
+from rldbg.switches import VERL_ROLE
 
 TAG = "_rldbg_call"          # the keyword carrying the driver's CallTag to a rank
-MARK = "__rldbg_verl__"      # set on wrapped methods: the driver passes a tag only to these
-ROLE_ENV = "RLDBG_VERL_ROLE"  # the process's role(s), set by the driver through VeRL's worker_env
 
 _identity_set = [False]
 
 
-def registered(fn, magic: str) -> bool:
-    return callable(fn) and isinstance(getattr(fn, magic, None), dict)
+@contextlib.contextmanager
+def _served(name: str, args, kwargs):
+    """The rank's span of one registered call: breakpoint specs at entry, post-mortem and saved
+    inputs on an error, the non-finite sentinel on the result (rldbg.instrument's seam)."""
+    worker, args, tag = args[0], args[1:], kwargs.pop(TAG, None)
+    role, rank = _who(worker, tag)
+    with instrument.worker_call(role, rank, name, tag) as scope:
+        instrument.method_entry(role, rank, name, tag)
+        result: list = []
+        with instrument.post_mortem_guard():
+            try:
+                yield result
+            except Exception as exc:
+                scope.raised(exc, args, kwargs)   # inputs and error saved where RLDBG_FAILURES_DIR says
+                raise
+        result[-1] = scope.returned(result[-1], args, kwargs)
 
 
 def wrap_method(fn, name: str):
-    """`fn` (a @register method) inside worker_call / method_entry / post-mortem, taking TAG."""
+    """`fn` (a @register method) inside the rank's span, taking TAG."""
     if getattr(fn, MARK, False):
         return fn
-    if inspect.iscoroutinefunction(fn):
-        async def wrapper(self, *args, _rldbg_call=None, **kwargs):
-            role, rank = _who(self, _rldbg_call)
-            with instrument.worker_call(role, rank, name, _rldbg_call) as scope:
-                instrument.method_entry(role, rank, name, _rldbg_call)
-                with instrument.post_mortem_guard():
-                    try:
-                        out = await fn(self, *args, **kwargs)
-                    except Exception as exc:
-                        scope.raised(exc, args, kwargs)   # inputs and error saved where RLDBG_FAILURES_DIR says
-                        raise
-                return scope.returned(out, args, kwargs)   # the non-finite sentinel
-    else:
-        def wrapper(self, *args, _rldbg_call=None, **kwargs):
-            role, rank = _who(self, _rldbg_call)
-            with instrument.worker_call(role, rank, name, _rldbg_call) as scope:
-                instrument.method_entry(role, rank, name, _rldbg_call)
-                with instrument.post_mortem_guard():
-                    try:
-                        out = fn(self, *args, **kwargs)
-                    except Exception as exc:
-                        scope.raised(exc, args, kwargs)   # inputs and error saved where RLDBG_FAILURES_DIR says
-                        raise
-                return scope.returned(out, args, kwargs)   # the non-finite sentinel
-    functools.update_wrapper(wrapper, fn)   # keeps VeRL's @register attributes
+    wrapper = around(fn, lambda args, kwargs: _served(name, args, kwargs))
     wrapper.__signature__ = _with_tag(inspect.signature(fn))
-    # Ray reads an actor method's signature after inspect.unwrap(): end the __wrapped__ chain here
-    # so that it sees the signature that admits the tag.
-    wrapper.__rldbg_wrapped__ = wrapper.__dict__.pop("__wrapped__")
-    setattr(wrapper, MARK, True)
+    wrapper.__rldbg_wrapped__ = wrapper.__dict__.pop("__wrapped__")   # Ray unwraps: see the module docstring
     return wrapper
 
 
@@ -75,9 +62,8 @@ def _with_tag(sig: inspect.Signature) -> inspect.Signature:
 def wrap_class(cls, magic: str) -> None:
     """Wrap the registered methods `cls` itself defines (inherited ones were wrapped in their class)."""
     for name, fn in list(vars(cls).items()):
-        if isinstance(fn, (staticmethod, classmethod)) or not registered(fn, magic):
-            continue
-        setattr(cls, name, wrap_method(fn, name))
+        if not isinstance(fn, (staticmethod, classmethod)) and isinstance(getattr(fn, magic, None), dict):
+            setattr(cls, name, wrap_method(fn, name))   # a @register method
 
 
 def _who(worker, tag) -> tuple[str, int]:
@@ -97,7 +83,7 @@ def _rank(worker) -> int:
 def process_role(worker) -> str:
     """What this process serves: the roles the driver named (colocated ones joined by '+'),
     else the worker's class name."""
-    return os.environ.get(ROLE_ENV) or type(worker).__name__
+    return os.environ.get(VERL_ROLE) or type(worker).__name__
 
 
 def identify(worker) -> None:
@@ -118,22 +104,24 @@ def label(worker) -> str:
         return object.__repr__(worker)
 
 
-def patch_worker_module(mod, magic: str) -> None:
+def patch_worker_module(mod) -> None:
     """Patch verl.single_controller.base.worker.Worker: wrap its own registered methods, wrap every
     subclass as it is defined, name the process after __init__, and give actors rldbg's label."""
+    from verl.single_controller.base.decorator import MAGIC_ATTR as magic
+
+    pins.check_module(mod)
     worker_cls = mod.Worker
     if getattr(worker_cls, MARK, False):
         return
     wrap_class(worker_cls, magic)
     init = worker_cls.__init__
 
-    @functools.wraps(init)
+    @patches(worker_cls, "__init__")
     def __init__(self, *args, **kwargs):
         init(self, *args, **kwargs)
         if not _identity_set[0] and os.environ.get("WG_BACKEND") == "ray":  # a real remote worker
             identify(self)
 
-    worker_cls.__init__ = __init__
     if "__repr__" not in vars(worker_cls):
         worker_cls.__repr__ = label
     setattr(worker_cls, MARK, True)

@@ -8,6 +8,8 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
+from rldbg.tui.screens import Prompt
+
 
 def paused_text(paused: list) -> Text:
     if not paused:
@@ -48,12 +50,11 @@ class BreakpointsView(Vertical):
             self._specs = specs
 
     def action_add(self) -> None:
-        from rldbg.tui.screens.prompt import Prompt
-
         def done(spec: str | None) -> None:
             if spec:
                 self.app.breakpoint("add", spec)
-        self.app.push_screen(Prompt("breakpoint spec, e.g. actor.update_actor@rank=1,step=2:", "role.method@rank=N"), done)
+        self.app.push_screen(Prompt("breakpoint spec, e.g. actor.update_actor@rank=1,step=2:",
+                                    "role.method@rank=N"), done)
 
     def action_remove(self) -> None:
         table = self.query_one(DataTable)

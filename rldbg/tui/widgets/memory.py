@@ -13,8 +13,6 @@ BLOCKS = "▁▂▃▄▅▆▇█"
 MARK_STYLE = {"O": "green", "R": "yellow", "W": "cyan"}
 LABEL = 18
 MAX_FLAGS = 6
-
-
 LEVEL_STYLE = {ch: "red" if ch in "▇█" else "yellow" if ch in "▄▅▆" else "" for ch in BLOCKS + " "}  # btop-style
 
 
@@ -66,8 +64,7 @@ def _runs(chars: list, styles: dict, indent: int = 0, default: str = "") -> Line
 
 
 class MemoryView(LaneScroller):
-    def empty(self) -> Line:
-        return Line("no memory samples yet (they come with tracing: trace.enabled=true or rldbg.trace.start)", "dim")
+    EMPTY = "no memory samples yet (they come with tracing: trace.enabled=true or rldbg.trace.start)"
 
     def lane_keys(self, view) -> list:
         return [i for i, m in enumerate(view.memory) if m[2]]
@@ -88,7 +85,8 @@ class MemoryView(LaneScroller):
 
     def footer(self, view, width: int) -> list:
         if not view.flags:
-            return [Line("leaks: nothing flagged (no rank keeps >= 20 MiB more per cycle after its freeing transitions)", "green")]
+            return [Line("leaks: nothing flagged (no rank keeps >= 20 MiB more per cycle after its freeing "
+                         "transitions)", "green")]
         out = [Line(f"not given back: {len(view.flags)} flag(s)", "bold red")]
         out += [Line(f"  ⚠ {f}", "red") for f in view.flags[:MAX_FLAGS]]
         if len(view.flags) > MAX_FLAGS:

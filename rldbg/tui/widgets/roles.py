@@ -17,7 +17,7 @@ SORT_COLUMN = {"role": "role", "state": "state", "cpu": "cpu mem", "gpu": "gpu m
 class RolesView(Vertical):
     BINDINGS = [Binding("s", "sort", "Sort"), Binding("slash", "filter", "Filter"),
                 Binding("escape", "clear_filter", "Clear filter", show=False),
-                Binding("t", "stacks", "Stacks of row"), Binding("T", "stacks_role", "Stacks of role")]
+                Binding("t", "stacks", "Stacks of row"), Binding("T", "stacks(True)", "Stacks of role")]
 
     def __init__(self, **kw):
         super().__init__(**kw)
@@ -50,15 +50,15 @@ class RolesView(Vertical):
     def on_line_table_header_clicked(self, event: LineTable.HeaderClicked) -> None:
         by_column = {v: k for k, v in SORT_COLUMN.items()}
         if event.column in by_column:
-            self.sort = by_column[event.column]
-            self.notify(f"sorted by {self.sort}", timeout=2)
-            if self.view:
-                self.show(self.view)
+            self._sort_by(by_column[event.column])
 
     def action_sort(self) -> None:
         names = list(SORTS)
-        self.sort = names[(names.index(self.sort) + 1) % len(names)]
-        self.notify(f"sorted by {self.sort}", timeout=2)
+        self._sort_by(names[(names.index(self.sort) + 1) % len(names)])
+
+    def _sort_by(self, sort: str) -> None:
+        self.sort = sort
+        self.notify(f"sorted by {sort}", timeout=2)
         if self.view:
             self.show(self.view)
 
@@ -68,16 +68,15 @@ class RolesView(Vertical):
         box.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.filter_text = event.value.strip()
-        event.input.add_class("hidden")
-        self.query_one(LineTable).focus()
-        if self.view:
-            self.show(self.view)
+        self._filter(event.value.strip())
 
     def action_clear_filter(self) -> None:
-        box = self.query_one(Input)
-        box.value, self.filter_text = "", ""
-        box.add_class("hidden")
+        self.query_one(Input).value = ""
+        self._filter("")
+
+    def _filter(self, text: str) -> None:
+        self.filter_text = text
+        self.query_one(Input).add_class("hidden")
         self.query_one(LineTable).focus()
         if self.view:
             self.show(self.view)
@@ -86,6 +85,3 @@ class RolesView(Vertical):
         row = self.selected()
         if row is not None:
             self.app.show_stacks(row.role, None if whole_role else row.rank)
-
-    def action_stacks_role(self) -> None:
-        self.action_stacks(whole_role=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from textual.binding import Binding
 
 from rldbg.tui.model import fmt_bytes
+from rldbg.tui.screens import Prompt
 from rldbg.tui.widgets.lanes import LaneScroller
 from rldbg.tui.widgets.strips import Line
 
@@ -146,8 +147,6 @@ class StepperView(LaneScroller):
         self.app.gate(action)
 
     def action_run_to_method(self) -> None:
-        from rldbg.tui.screens.prompt import Prompt
-
         def done(method: str | None) -> None:
             if method:
                 self.app.gate("run_to_method", method=method)

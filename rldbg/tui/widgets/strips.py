@@ -9,6 +9,7 @@ from functools import lru_cache
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
+from textual.binding import Binding
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -34,14 +35,6 @@ class Line:
             self.width += len(text) if text.isascii() else cell_len(text)
         return self
 
-    def extend(self, other: "Line") -> "Line":
-        self.segments += other.segments
-        self.width += other.width
-        return self
-
-    def pad_to(self, width: int) -> "Line":
-        return self.add(" " * (width - self.width)) if self.width < width else self
-
     @property
     def plain(self) -> str:
         return "".join(s.text for s in self.segments)
@@ -50,9 +43,15 @@ class Line:
         return Strip(self.segments, self.width).crop_extend(0, width, None)
 
 
-class LineView(Widget):
+class LineView(Widget, can_focus=True):
     """A widget whose content is a list of Lines built once per refresh (or resize) for the
-    region on screen. Subclasses implement build(width, height) -> [Line]."""
+    region on screen. Subclasses implement build(width, height) -> [Line], and scrolling:
+    action_move(by) for the keys, page_size() and wheel(by)."""
+    BINDINGS = [Binding("down,j", "move(1)", "Down", show=False), Binding("up,k", "move(-1)", "Up", show=False),
+                Binding("pagedown", "page(1)", "Page down", show=False),
+                Binding("pageup", "page(-1)", "Page up", show=False),
+                Binding("home", "move(-1000000)", "First", show=False),
+                Binding("end", "move(1000000)", "Last", show=False)]
 
     def __init__(self, **kw):
         super().__init__(**kw)
@@ -70,6 +69,17 @@ class LineView(Widget):
 
     def build(self, width: int, height: int) -> list:
         raise NotImplementedError
+
+    def action_page(self, by: int) -> None:
+        self.action_move(by * self.page_size())
+
+    def on_mouse_scroll_down(self, event) -> None:
+        self.wheel(3)
+        event.stop()
+
+    def on_mouse_scroll_up(self, event) -> None:
+        self.wheel(-3)
+        event.stop()
 
     def plain_text(self) -> str:
         """What the widget shows now, as text (tests, and a way to read a view without a terminal)."""

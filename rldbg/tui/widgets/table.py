@@ -4,7 +4,6 @@ with 384 role x rank rows that is most of a 50 ms frame budget several times ove
 plain strings with an optional style per cell, and a frame costs one Line per visible row."""
 from __future__ import annotations
 
-from textual.binding import Binding
 from textual.message import Message
 
 from rldbg.tui.widgets.strips import Line, LineView
@@ -15,13 +14,7 @@ CURSOR = "bold black on dark_cyan"
 CURSOR_BLURRED = "on grey30"
 
 
-class LineTable(LineView, can_focus=True):
-    BINDINGS = [Binding("down,j", "move(1)", "Down", show=False), Binding("up,k", "move(-1)", "Up", show=False),
-                Binding("pagedown", "page(1)", "Page down", show=False),
-                Binding("pageup", "page(-1)", "Page up", show=False),
-                Binding("home", "move(-1000000)", "First", show=False),
-                Binding("end", "move(1000000)", "Last", show=False)]
-
+class LineTable(LineView):
     class HeaderClicked(Message):
         def __init__(self, table: "LineTable", column: str):
             super().__init__()
@@ -37,7 +30,6 @@ class LineTable(LineView, can_focus=True):
         self.cursor_row, self.top = 0, 0
         self._widths: list = []
 
-    # ---- data -------------------------------------------------------------------------------------
     @property
     def row_count(self) -> int:
         return len(self.rows)
@@ -49,21 +41,13 @@ class LineTable(LineView, can_focus=True):
         """Replace the content; the cursor stays on the same key when it is still there."""
         old = self.keys[self.cursor_row] if self.keys and self.cursor_row < len(self.keys) else None
         self.keys, self.rows = list(keys), rows
-        self._widths = self._measure()
+        widths = [max([len(c)] + [len(row[i][0]) for row in rows]) for i, c in enumerate(self.columns)]
+        self._widths = [min(w, self.max_width.get(c, w)) for c, w in zip(self.columns, widths)]
         if old is not None and old in keys:
             self.cursor_row = keys.index(old)
         self.cursor_row = max(0, min(self.cursor_row, len(rows) - 1))
         self.redraw()
 
-    def _measure(self) -> list:
-        widths = [len(c) for c in self.columns]
-        for row in self.rows:
-            for i, (text, _spec) in enumerate(row):
-                if len(text) > widths[i]:
-                    widths[i] = len(text)
-        return [min(w, self.max_width.get(c, w)) for c, w in zip(self.columns, widths)]
-
-    # ---- painting ---------------------------------------------------------------------------------
     def build(self, width: int, height: int) -> list:
         widths = self._widths or [len(c) for c in self.columns]
         head = Line()
@@ -90,7 +74,6 @@ class LineTable(LineView, can_focus=True):
             self.top = self.cursor_row - body_h + 1
         self.top = max(0, min(self.top, max(0, len(self.rows) - body_h)))
 
-    # ---- input ------------------------------------------------------------------------------------
     def move_cursor(self, row: int) -> None:
         self.cursor_row = max(0, min(row, len(self.rows) - 1))
         self.redraw()
@@ -98,8 +81,8 @@ class LineTable(LineView, can_focus=True):
     def action_move(self, by: int) -> None:
         self.move_cursor(self.cursor_row + by)
 
-    def action_page(self, by: int) -> None:
-        self.move_cursor(self.cursor_row + by * max(1, self.size.height - 2))
+    def page_size(self) -> int:
+        return max(1, self.size.height - 2)
 
     def on_click(self, event) -> None:
         if event.y >= 1:
@@ -112,17 +95,12 @@ class LineTable(LineView, can_focus=True):
                 self.post_message(self.HeaderClicked(self, col))
                 return
 
-    def on_mouse_scroll_down(self, event) -> None:
-        self.top = min(self.top + 3, max(0, len(self.rows) - 1))
-        self.cursor_row = max(self.cursor_row, self.top)
+    def wheel(self, by: int) -> None:
+        """Scroll the rows, taking the cursor along only where it would leave the screen."""
+        self.top = max(0, min(self.top + by, len(self.rows) - 1))
+        low, high = self.top, self.top + self.page_size()
+        self.cursor_row = max(self.cursor_row, low) if by > 0 else min(self.cursor_row, high)
         self.redraw()
-        event.stop()
-
-    def on_mouse_scroll_up(self, event) -> None:
-        self.top = max(0, self.top - 3)
-        self.cursor_row = min(self.cursor_row, self.top + max(1, self.size.height - 2))
-        self.redraw()
-        event.stop()
 
     def on_focus(self) -> None:
         self.redraw()

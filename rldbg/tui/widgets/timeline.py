@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import zlib
+from itertools import groupby
 
 from textual.binding import Binding
 
@@ -53,33 +54,29 @@ def lane_cells(slices: list, t0: int, t1: int, cols: int):
 
 
 def bar(cells: list, small: bool = False, out: Line | None = None) -> Line:
-    out, prev, run = out if out is not None else Line(), cells[0], 0
-    for name in cells + ["\0"]:
-        if name == prev:
-            run += 1
-            continue
-        if prev is None:
+    """One segment per run of a name: its method written in it where it fits (not in small bars)."""
+    out = out if out is not None else Line()
+    for name, group in groupby(cells):
+        run = len(list(group))
+        if name is None:
             out.add(" " * run)
-        else:
-            label = prev.removeprefix("!").rsplit(".", 1)[-1]
-            fill = (label[:run] if run >= 4 and not small else "").ljust(run, "▄" if small else "█")
-            style = "bold white on red" if prev == "!error" else (colour(prev) if small else f"black on {colour(prev)}")
-            out.add(fill, style)
-        prev, run = name, 1
+            continue
+        label = name.removeprefix("!").rsplit(".", 1)[-1]
+        fill = (label[:run] if run >= 4 and not small else "").ljust(run, "▄" if small else "█")
+        style = colour(name) if small else f"black on {colour(name)}"
+        out.add(fill, "bold white on red" if name == "!error" else style)
     return out
 
 
 class TimelineView(LaneScroller):
     BINDINGS = [Binding("left,h", "pan(0.25)", "Back"), Binding("right,l", "pan(-0.25)", "Forward"),
                 Binding("plus,equals_sign", "zoom(-1)", "Zoom in"), Binding("minus", "zoom(1)", "Zoom out"),
-                Binding("f", "follow", "Follow live")]
+                Binding("f", "pan(-1000000)", "Follow live")]
+    EMPTY = "no call or transition events yet (is tracing on? trace.enabled=true or rldbg.trace.start)"
 
     def __init__(self, **kw):
         super().__init__(**kw)
         self.steps, self.pan, self._win = 3, 0.0, None
-
-    def empty(self) -> Line:
-        return Line("no call or transition events yet (is tracing on? trace.enabled=true or rldbg.trace.start)", "dim")
 
     def lane_keys(self, view) -> list:
         self._win = window(view, self.steps, self.pan)
@@ -120,8 +117,4 @@ class TimelineView(LaneScroller):
 
     def action_zoom(self, by: int) -> None:
         self.steps = min(50, max(1, self.steps + by))
-        self.redraw()
-
-    def action_follow(self) -> None:
-        self.pan = 0.0
         self.redraw()

@@ -1,1 +1,0 @@
-"""Modal screens of `rldbg top`: help and one-line prompts."""
