@@ -1,6 +1,8 @@
 """The `rldbg` command. Each subcommand lives in rldbg/commands/<name>.py and exposes
-HELP (one line), add_arguments(parser) and run(args) -> int. Modules are imported only
-when their subcommand runs, so `rldbg --help` and `rldbg top` start fast."""
+add_arguments(parser) and run(args) -> int. Modules are imported only when their subcommand
+runs, so `rldbg --help` and `rldbg top` start fast. A cluster that cannot be found or read
+(DashboardError, RegistryError) or a debug target that names no worker (TargetError) ends any
+command with one line on stderr and status 1."""
 from __future__ import annotations
 
 import argparse
@@ -66,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return _reader_left()
+    except Exception as e:
+        if not isinstance(e, _user_errors()):
+            raise
+        print(f"rldbg {args.command}: {e}", file=sys.stderr)
+        return 1
     if own_process and getattr(module, "EXIT_AT_ONCE", False):
         # A command whose last act leaves millions of objects behind (a loaded trace): freeing
         # them one by one at interpreter exit took longer than the analysis (2.4 s of 8.4 s on
@@ -82,6 +89,13 @@ def _reader_left() -> int:
     import os
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 141
+
+
+def _user_errors() -> tuple:
+    from rldbg.dashboard import DashboardError
+    from rldbg.debug.paused_workers import TargetError
+    from rldbg.debug.registry import RegistryError
+    return DashboardError, RegistryError, TargetError
 
 
 def _load(cmd: str):

@@ -14,15 +14,12 @@ from __future__ import annotations
 import os
 import sys
 
-from rldbg.control.discovery import cli_dashboard
-from rldbg.dashboard import DashboardError
+from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
 from rldbg.debug.dap import DAPClient, DAPError
 from rldbg.debug.lines import resolve as resolve_line
-from rldbg.debug.registry import RegistryError, listening_workers
+from rldbg.debug.registry import listening_workers
 from rldbg.debug.terminal import BREAK_FORM, Session, parse_break
-from rldbg.debug.paused_workers import TARGET_FORM, TargetError, resolve_target
-
-HELP = "terminal debugger for a paused or listening worker"
+from rldbg.debug.paused_workers import TARGET_FORM, resolve_target
 
 
 def add_arguments(parser) -> None:
@@ -32,7 +29,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--break", dest="breaks", action="append", default=[], metavar="FILE:LINE[:COND]",
                         help=f"with --role: breakpoint to set, repeatable; {BREAK_FORM}")
     parser.add_argument("--local-root", help="local project root that maps to the worker's cwd (default: cwd)")
-    parser.add_argument("--address", help="Ray dashboard URL (default: the run's own cluster: $RAY_DASHBOARD_ADDRESS, a live run's hub file, the newest Ray session, else http://127.0.0.1:8265)")
+    parser.add_argument("--address", help=ADDRESS_HELP)
     parser.add_argument("--ray-address", help="GCS HOST:PORT for --role (default: RAY_ADDRESS, else the local cluster)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds to wait for the stop (default 30 for a paused worker, forever with --break)")
@@ -48,10 +45,7 @@ def run(args) -> int:
         return _fail("--rank and --break need --role ROLE (a listening worker)")
     if args.role is not None:
         return _run_listening(args)
-    try:
-        host, port, worker = resolve_target(args.target, lambda: cli_dashboard(args.address, "rldbg attach"))
-    except (TargetError, DashboardError) as e:
-        return _fail(str(e))
+    host, port, worker = resolve_target(args.target, lambda: cli_dashboard(args.address, "rldbg attach"))
     who = f"{worker.label} ({worker.method})" if worker else f"{host}:{port}"
     timeout = 30.0 if args.timeout is None else args.timeout
     client = DAPClient(host, port, timeout=timeout)
@@ -77,14 +71,10 @@ def find_listening(role: str, rank: int | None, ray_address=None, dashboard=None
     raise ValueError(f"{len(found)} {role} workers listen; pick one with --rank: {listing}")
 
 
-def attach_with_breaks(worker, breaks, local_root=None, timeout: float = 10.0, out=print):
-    """Attach to a listening worker, set the breakpoints (paths translated to the
-    worker's view; a line that cannot stop moved to the one meant, said in one line), return
-    (client, session) ready for session.start(already_attached=True). A line no breakpoint
-    can stop at raises BreakLineError (a ValueError) before attaching."""
-    parsed = [parse_break(b) if isinstance(b, str) else b for b in breaks]
-    for path, line, _ in parsed:
-        resolve_line(path, line)
+def attach_with_breaks(worker, parsed, local_root=None, timeout: float = 10.0, out=print):
+    """Attach to a listening worker and set the breakpoints `parsed` ((path, line, condition), lines
+    already checked), paths translated to the worker's view; returns (client, session) ready for
+    session.start(already_attached=True)."""
     client = DAPClient(worker.host, worker.port, timeout=timeout)
     client.attach()
     session = Session(client, out=out)
@@ -103,7 +93,7 @@ def _run_listening(args) -> int:
         for path, line, _ in parsed:
             resolve_line(path, line)   # a line that can never stop fails here, before any lookup
         worker = find_listening(args.role, args.rank, args.ray_address, args.address)
-    except (ValueError, RegistryError) as e:
+    except ValueError as e:
         return _fail(str(e))
     try:
         client, session = attach_with_breaks(worker, parsed, args.local_root)

@@ -9,8 +9,6 @@ import os
 import socket
 import sys
 
-HELP = "open a trace in the Perfetto UI (served once from 127.0.0.1, never uploaded)"
-
 
 def add_arguments(parser) -> None:
     from rldbg.trace.open_ui import DEFAULT_ORIGIN, DEFAULT_PORT

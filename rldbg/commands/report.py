@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sys
 
-HELP = "summarise a trace: time per role, stragglers, idle time, memory"
 DAMAGED_RC = 3
 EXIT_AT_ONCE = True   # rldbg.cli: skip freeing the loaded trace object by object at exit
 _read: list = []      # what run() read, kept past its return for that (freeing it took 0.3 s)

@@ -10,7 +10,6 @@ import sys
 from rldbg.profilers import tensorboard as tb
 from rldbg.profilers.spec import ProfileSpecError, from_env
 
-HELP = "start TensorBoard on loopback over torch.profiler output and trainer metrics"
 DEFAULT_LOGDIR = os.path.join("runs", "demo", "tb")
 
 

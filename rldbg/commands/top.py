@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import sys
 
-HELP = "live TUI attached to the Ray dashboard"
-
 
 def add_arguments(parser) -> None:
     parser.add_argument("--address", help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS, an http "

@@ -16,21 +16,18 @@ from __future__ import annotations
 import json
 import re
 import sys
+import sysconfig
 from pathlib import Path
 
-import sysconfig
+from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
+from rldbg.debug.registry import listening_workers, parse_ranks
+from rldbg.debug.paused_workers import list_paused
 
-from rldbg.control.discovery import cli_dashboard
-from rldbg.dashboard import DashboardError
-from rldbg.debug.registry import ListeningWorker, RegistryError, listening_workers, parse_ranks
-from rldbg.debug.paused_workers import PausedWorker, list_paused
-
-HELP = "write VS Code launch.json entries for paused or listening workers"
 _GENERATED = re.compile(r"^rldbg: .+ (rank \d+|pid \d+)$")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--address", help="Ray dashboard URL (default: the run's own cluster: $RAY_DASHBOARD_ADDRESS, a live run's hub file, the newest Ray session, else http://127.0.0.1:8265)")
+    parser.add_argument("--address", help=ADDRESS_HELP)
     parser.add_argument("--output", default=".vscode/launch.json", help="launch.json to create or update (default .vscode/launch.json)")
     parser.add_argument("--attach-role", metavar="ROLE", help="entries for every listening worker of ROLE (debug mode)")
     parser.add_argument("--ranks", help="with --attach-role: only these ranks (1, 0,1, 0-3)")
@@ -66,32 +63,15 @@ def strip_jsonc(text: str) -> str:
     return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
 
 
-def entry_for(p: PausedWorker) -> dict:
-    entry = {
-        "name": f"rldbg: {p.label}",
-        "type": "debugpy",
-        "request": "attach",
-        "connect": {"host": p.host, "port": int(p.port)},
-        "justMyCode": False,
-    }
-    if p.cwd:
-        entry["pathMappings"] = [{"localRoot": "${workspaceFolder}", "remoteRoot": p.cwd}]
-    return entry
-
-
-def listening_entry(w: ListeningWorker, role: str) -> dict:
-    """One debugpy attach entry for a listening worker. pathMappings: the workspace is
-    the worker's cwd, and the local site-packages the worker's (libraries, Ray)."""
-    maps = []
-    if w.cwd:
-        maps.append({"localRoot": "${workspaceFolder}", "remoteRoot": w.cwd})
-    if w.purelib:
-        maps.append({"localRoot": sysconfig.get_paths()["purelib"], "remoteRoot": w.purelib})
-    entry = {"name": f"rldbg: {role} rank {w.rank}", "type": "debugpy", "request": "attach",
-             "connect": {"host": w.host, "port": int(w.port)}, "justMyCode": False}
-    if maps:
-        entry["pathMappings"] = maps
-    return entry
+def attach_entry(name: str, host: str, port: int, cwd: str | None, purelib: str | None = None) -> dict:
+    """One debugpy attach entry. pathMappings: the workspace is the worker's cwd, and the local
+    site-packages the worker's (libraries, Ray) when it said where they are."""
+    maps = [{"localRoot": "${workspaceFolder}", "remoteRoot": cwd}] if cwd else []
+    if purelib:
+        maps.append({"localRoot": sysconfig.get_paths()["purelib"], "remoteRoot": purelib})
+    entry = {"name": name, "type": "debugpy", "request": "attach", "connect": {"host": host, "port": int(port)},
+             "justMyCode": False}
+    return {**entry, "pathMappings": maps} if maps else entry
 
 
 def compound_name(role: str, ranks) -> str:
@@ -137,7 +117,7 @@ def write_listening(path: Path, role: str, ranks=None, ray_address=None, dashboa
         which = "" if ranks is None else f" at ranks {sorted(ranks)}"
         raise ValueError(f"no listening {role} workers{which}; start the run with debug mode on "
                          f"(RLDBG_LISTEN_ROLES={role} or debug.listen_roles=[{role}])")
-    entries = [listening_entry(w, role) for w in workers]
+    entries = [attach_entry(f"rldbg: {role} rank {w.rank}", w.host, w.port, w.cwd, w.purelib) for w in workers]
     compound = {"name": compound_name(role, ranks), "configurations": [e["name"] for e in entries],
                 "stopAll": False}
     update_launch(path, entries, compound, role=role)
@@ -149,7 +129,7 @@ def _run_listening(args) -> int:
     try:
         ranks = parse_ranks(args.ranks, "--ranks")
         workers = write_listening(path, args.attach_role, ranks, args.ray_address, args.address)
-    except (ValueError, OSError, RegistryError) as e:
+    except (ValueError, OSError) as e:
         print(f"rldbg vscode: {e}", file=sys.stderr)
         return 1
     for w in workers:
@@ -165,17 +145,13 @@ def run(args) -> int:
     if args.ranks:
         print("rldbg vscode: --ranks needs --attach-role ROLE", file=sys.stderr)
         return 2
-    try:
-        paused = list_paused(cli_dashboard(args.address, "rldbg vscode"))
-    except DashboardError as e:
-        print(f"rldbg vscode: {e}", file=sys.stderr)
-        return 1
+    paused = list_paused(cli_dashboard(args.address, "rldbg vscode"))
     if not paused:
         print("rldbg vscode: no paused workers; nothing written", file=sys.stderr)
         return 1
     path = Path(args.output)
     try:
-        update_launch(path, [entry_for(p) for p in paused])
+        update_launch(path, [attach_entry(f"rldbg: {p.label}", p.host, p.port, p.cwd) for p in paused])
     except (ValueError, OSError) as e:
         print(f"rldbg vscode: {e}", file=sys.stderr)
         return 1

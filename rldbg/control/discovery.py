@@ -26,6 +26,8 @@ from rldbg import switches
 REPR_PREFIX = "rldbg-hub "
 CLASS_NAME = "ControlHub"
 RAY_SESSION_LATEST = "/tmp/ray/session_latest"
+ADDRESS_HELP = ("Ray dashboard URL (default: the run's own cluster: $RAY_DASHBOARD_ADDRESS, a live run's hub file, "
+                "the newest Ray session, else http://127.0.0.1:8265)")
 
 
 class RunChoiceError(ValueError):
