@@ -18,7 +18,8 @@ from conftest import DASHBOARD_URL
 from rldbg.dashboard import Dashboard
 from rldbg.debug import listen
 from rldbg.debug.dap import DAPClient
-from rldbg.debug.registry import ListeningWorker, listening_workers, parse_ranks
+from rldbg.debug.registry import ListeningWorker, listening_workers
+from rldbg.debug.specs import parse_ranks
 
 import reference_trainer.workers.hybrid as hybrid
 from reference_trainer.config import load_config

@@ -71,9 +71,8 @@ def test_sources_and_specset_roundtrip():
     assert ss.version > v and len(ss) == 2
     assert ss.match("critic", 0, None, "x").role == "critic"
     assert ss.match("critic", 1, None, "x") is None
-    back = SpecSet.from_json(ss.to_json())
-    assert [s.text for s in back.list()] == [s.text for s in ss.list()] and back.version == ss.version
-    assert [s.text for s in SpecSet.from_env({"RLDBG_BREAKPOINTS": ss.to_env()}).list()] == [s.text for s in ss.list()]
+    texts = [s.text for s in ss.list()]
+    assert [s.text for s in SpecSet.from_env({"RLDBG_BREAKPOINTS": ";".join(texts)}).list()] == texts
     assert ss.remove("critic.*@rank=0") and not ss.remove("critic.*@rank=0")
     assert [s.text for s in ss.list()] == ["actor.update_actor@rank=1"]
 

@@ -20,7 +20,8 @@ import sysconfig
 from pathlib import Path
 
 from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
-from rldbg.debug.registry import listening_workers, parse_ranks
+from rldbg.debug.registry import listening_workers
+from rldbg.debug.specs import parse_ranks
 from rldbg.debug.paused_workers import list_paused
 
 _GENERATED = re.compile(r"^rldbg: .+ (rank \d+|pid \d+)$")

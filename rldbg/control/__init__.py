@@ -65,13 +65,9 @@ def start(port: int = 0, token: str | None = None, gate_timeout_s: float = 30.0,
 
 def _cluster_identity(ray) -> dict:
     """The run's own dashboard and Ray session, so CLI commands find this cluster, not :8265."""
-    out = {}
-    try:
-        url = ray._private.worker.get_dashboard_url()
-        if url:
-            out["dashboard"] = url if url.startswith("http") else f"http://{url}"
-    except Exception:
-        pass
+    from rldbg.control.discovery import own_dashboard
+    dashboard = own_dashboard()
+    out = {"dashboard": dashboard} if dashboard else {}
     try:
         out["session"] = ray._private.worker.global_worker.node.session_name
     except Exception:

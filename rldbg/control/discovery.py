@@ -127,6 +127,16 @@ def ray_session_dashboard(session_dir: str = RAY_SESSION_LATEST) -> str | None:
     return None
 
 
+def own_dashboard() -> str | None:
+    """The dashboard of the Ray cluster this process is connected to, or None."""
+    try:
+        import ray
+        url = ray._private.worker.get_dashboard_url()
+    except Exception:  # noqa: BLE001 - not connected, or a Ray without a dashboard
+        return None
+    return (url if url.startswith("http") else f"http://{url}") if url else None
+
+
 def resolve_dashboard(address: str | None = None, job: str | None = None) -> tuple[str, str]:
     """(dashboard URL, where it came from). Raises RunChoiceError when several live runs on this
     machine use different dashboards and neither `address` nor `job` picks one."""

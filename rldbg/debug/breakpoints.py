@@ -12,7 +12,6 @@ the call (like pdb's breakpoint()). Plain `breakpoint()` keeps Ray's behaviour.
 """
 from __future__ import annotations
 
-import collections
 import os
 import sys
 import threading
@@ -21,7 +20,7 @@ import traceback as _tb
 
 from rldbg.context import current
 from rldbg.debug import debugpy_port
-from rldbg.debug.specs import Spec, SpecSet, from_env, matches
+from rldbg.debug.specs import Spec, SpecSet, from_env, matches, role_matches
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import instant_event
 
@@ -31,23 +30,16 @@ from rldbg.switches import POST_MORTEM as POST_MORTEM_ENV
 # Frames we step out of to reach the user's code.
 _INTERNAL_MODULES = ("rldbg.api", "rldbg.instrument", "rldbg.debug.", "contextlib")
 
-# What is paused in this process right now, and recent hits. The control hub
-# reads these; keys are thread idents.
+# What is paused in this process right now, by thread ident (the job's hub hears of each pause
+# through control.notify; a debugger client reads this one in the worker).
 _lock = threading.Lock()
 _paused: dict[int, dict] = {}
-_hits: collections.deque = collections.deque(maxlen=100)
 
 
 def paused() -> list[dict]:
     """Pauses in this process still waiting for a debugger client."""
     with _lock:
         return [dict(v) for v in _paused.values()]
-
-
-def hits() -> list[dict]:
-    """The last 100 breakpoint hits in this process (waiting or not)."""
-    with _lock:
-        return [dict(v) for v in _hits]
 
 
 def _user_frame(frame):
@@ -68,11 +60,7 @@ def _filter_ok(want, have) -> bool:
 
 
 def _role_ok(want, have: str) -> bool:
-    if want is None:
-        return True
-    wanted = [want] if isinstance(want, str) else list(want)
-    parts = set((have or "").split("+")) | {have}
-    return any(w in parts for w in wanted)
+    return want is None or any(role_matches(w, have or "") for w in ([want] if isinstance(want, str) else want))
 
 
 def should_pause(role=None, rank=None, step=None, when=None) -> bool:
@@ -123,7 +111,6 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
     host, port = debugpy_port.ensure_listening()
     entry = _record(frame, reason, {"host": host, "port": port, "spec": spec.text if spec else None})
     with _lock:
-        _hits.append(entry)
         _paused[entry["thread"]] = entry
     _notify("notify_pause", entry)
     where = f"{entry['file']}:{entry['line']}"
@@ -146,7 +133,7 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
 
 # --- stops that did not come through rldbg.breakpoint() ----------------------------
 # A client's own breakpoint (listen mode) stops inside pydevd; rldbg.debug.listen reports
-# it here so hits() / paused() and the trace show it like any other breakpoint.
+# it here so paused(), the hub and the trace show it like any other breakpoint.
 _own_stop = threading.local()  # the frame rldbg itself is about to stop in (not reported twice)
 
 
@@ -156,7 +143,6 @@ def record_external_stop(frame, reason: str, thread_ident: int) -> dict | None:
         return None
     entry = _record(frame, reason, {"thread": thread_ident})
     with _lock:
-        _hits.append(entry)
         _paused[thread_ident] = entry
     _notify("notify_pause", entry)
     return entry
@@ -171,11 +157,8 @@ def clear_external_stop(entry: dict) -> None:
 
 def _notify(name: str, entry: dict) -> None:
     # The job's control hub (TUI, /api/state) hears of the stop; fire-and-forget, never raises.
-    try:
-        from rldbg.control import notify
-        getattr(notify, name)(entry)
-    except Exception:  # noqa: BLE001
-        pass
+    from rldbg.control import notify
+    getattr(notify, name)(entry)
 
 
 def _pause_without_ray(frame, reason: str) -> None:
@@ -200,13 +183,10 @@ def active_specs() -> SpecSet:
 
 
 def set_active_specs(specs) -> None:
-    """Replace the pushed specs: a SpecSet, its JSON, or a list of spec strings."""
-    if isinstance(specs, str):
-        specs = SpecSet.from_json(specs)
-    elif not isinstance(specs, SpecSet):
-        specs = SpecSet(specs)
+    """Replace the pushed specs with `specs` (spec strings; all parsed before any is replaced)."""
+    parsed = SpecSet(specs).list()
     _active.clear()
-    for s in specs.list():
+    for s in parsed:
         _active.add(s)
 
 

@@ -74,7 +74,7 @@ class DAPClient:
         self.wait_event("initialized", self.timeout, context="after attach")
         for path, lines in (breakpoints or {}).items():
             self.set_breakpoints(path, lines)
-        self.set_exception_breakpoints(list(exception_filters))
+        self.request("setExceptionBreakpoints", {"filters": list(exception_filters)})
         self.request("configurationDone")
         self.response(attach_seq, "attach")
         return caps or {}
@@ -243,12 +243,6 @@ class DAPClient:
         body = self.request("setBreakpoints", {"source": {"path": str(path)}, "breakpoints": bps})
         return body.get("breakpoints", [])
 
-    def set_exception_breakpoints(self, filters) -> dict:
-        return self.request("setExceptionBreakpoints", {"filters": list(filters)})
-
-    def threads(self) -> list[dict]:
-        return self.request("threads").get("threads", [])
-
     def stack_trace(self, thread_id: int | None = None, levels: int = 100) -> list[dict]:
         tid = self._thread(thread_id)
         return self.request("stackTrace", {"threadId": tid, "startFrame": 0, "levels": levels}).get("stackFrames", [])
@@ -283,10 +277,6 @@ class DAPClient:
 
     def step_out(self, thread_id: int | None = None) -> dict:
         return self.request("stepOut", {"threadId": self._thread(thread_id)})
-
-    def pause(self, thread_id: int | None = None) -> dict:
-        tid = thread_id if thread_id is not None else (self.stopped_thread or 0)
-        return self.request("pause", {"threadId": tid})
 
     @property
     def closed(self) -> bool:

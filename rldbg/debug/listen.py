@@ -31,17 +31,13 @@ import sys
 import sysconfig
 import time
 
-from rldbg.debug.registry import key_for, parse_ranks, put
+from rldbg.debug.registry import key_for, put
+from rldbg.debug.specs import parse_ranks, role_matches
 
 from rldbg.switches import LISTEN_RANKS as RANKS_ENV
 from rldbg.switches import LISTEN_ROLES as ROLES_ENV
 
 _state: dict = {"entry": None}
-
-
-def parse_roles(text: str | None) -> list[str]:
-    """"actor, critic" -> ["actor", "critic"]; "" -> []."""
-    return [r.strip() for r in (text or "").replace(";", ",").split(",") if r.strip()]
 
 
 def check_env(environ=None) -> None:
@@ -52,22 +48,14 @@ def check_env(environ=None) -> None:
 
 
 def chosen(roles, rank: int, environ=None) -> bool:
-    """True when this process (holding `roles`) at `rank` should listen."""
+    """True when this process (holding `roles`: a list, or "actor+reward") at `rank` should listen."""
     env = os.environ if environ is None else environ
-    wanted = parse_roles(env.get(ROLES_ENV))
-    if not wanted:
-        return False
-    have = _split_roles(roles)
-    if "*" not in wanted and not set(wanted) & set(have):
+    have = roles if isinstance(roles, str) else "+".join(map(str, roles))
+    wanted = (env.get(ROLES_ENV) or "").replace(";", ",").split(",")
+    if not any(w.strip() and role_matches(w.strip(), have) for w in wanted):
         return False
     ranks = parse_ranks(env.get(RANKS_ENV), RANKS_ENV)
     return ranks is None or rank in ranks
-
-
-def _split_roles(roles) -> list[str]:
-    if isinstance(roles, str):
-        return [r for r in roles.split("+") if r]
-    return [str(r) for r in roles]
 
 
 def maybe_listen(roles, rank: int, world: int) -> dict | None:
@@ -79,10 +67,9 @@ def maybe_listen(roles, rank: int, world: int) -> dict | None:
     if _state["entry"] is not None:
         return _state["entry"]
     try:
-        have = _split_roles(roles)   # every role of a colocated worker: set_worker_identity passes them
-        if not chosen(have, rank):
-            return None
-        return _listen(have, rank, world)
+        # every role of a colocated worker: set_worker_identity passes them
+        have = [r for r in roles.split("+") if r] if isinstance(roles, str) else [str(r) for r in roles]
+        return _listen(have, rank, world) if chosen(have, rank) else None
     except Exception as e:  # noqa: BLE001
         print(f"rldbg: debug mode not started on rank {rank}: {e}", file=sys.stderr, flush=True)
         return None
@@ -116,11 +103,6 @@ def _listen(roles: list[str], rank: int, world: int) -> dict:
           f"(rldbg attach --role {roles[0]} --rank {rank}; rldbg vscode --attach-role {roles[0]})",
           file=sys.stderr, flush=True)
     return entry
-
-
-def entry() -> dict | None:
-    """This process's registry entry, when it listens."""
-    return _state["entry"]
 
 
 # --- full speed until a client sets breakpoints -----------------------------------------------

@@ -7,14 +7,14 @@ gives role(s) and rank, whatever the trainer's actor repr looks like.
 """
 from __future__ import annotations
 
-import time
-
 import os
-import socket
+import time
 from dataclasses import asdict, dataclass
 
 from rldbg.dashboard import Dashboard
 from rldbg.debug.registry import identify, identities_or_empty
+from rldbg.debug.specs import role_matches
+from rldbg.profilers.targets import is_local
 
 
 @dataclass
@@ -47,7 +47,7 @@ class PausedWorker:
 
 def _local_cwd(pid: int, ip: str) -> str | None:
     # Only meaningful when the worker runs on this machine.
-    if not _is_local(ip):
+    if not is_local(ip):
         return None
     try:
         return os.readlink(f"/proc/{pid}/cwd")
@@ -55,20 +55,11 @@ def _local_cwd(pid: int, ip: str) -> str | None:
         return None
 
 
-def _is_local(ip: str) -> bool:
-    if ip.startswith("127.") or ip in ("localhost", "::1"):
-        return True
-    try:
-        return ip in {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None)}
-    except OSError:
-        return False
-
-
 def _proc_title_method(pid: int, ip: str) -> str | None:
     """The method a local worker is executing right now, from the process title Ray sets
     at task start ("ray::Class.method"). Unlike task events, which reach the dashboard a
     second or more late, the title is never stale."""
-    if not _is_local(ip):
+    if not is_local(ip):
         return None
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -155,7 +146,7 @@ def resolve_target(target: str | None, dash_factory) -> tuple[str, int, PausedWo
         role, rank = host, int(tail)
         paused = list_paused(dash_factory())
         for p in paused:
-            if p.rank == rank and (p.role == role or role in p.role.split("+")):
+            if p.rank == rank and role_matches(role, p.role):
                 return p.host, int(p.port), p
         listing = ", ".join(f"{p.role}:{p.rank}" for p in paused) or "none"
         raise TargetError(f"no paused worker {role}:{rank}; paused now: {listing}")

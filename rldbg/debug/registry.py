@@ -15,6 +15,8 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
+from rldbg.debug.specs import role_matches
+
 NAMESPACE = "rldbg"
 PREFIX = "rldbg:listen:"
 WORKER_PREFIX = "rldbg:worker:"   # every worker's identity (rldbg.instrument.set_worker_identity)
@@ -53,7 +55,7 @@ class ListeningWorker:
         return f"{self.role} rank {self.rank}"
 
     def has_role(self, role: str) -> bool:
-        return role in ("*", self.role) or role in (self.roles or self.role.split("+"))
+        return role_matches(role, self.role)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "address": self.address}
@@ -168,54 +170,52 @@ def resolve_gcs_address(address: str | None = None, dashboard: str | None = None
                         "or --address DASHBOARD_URL")
 
 
-class _Reader:
-    """Internal KV + actor table, through this process's Ray or a bare GcsClient."""
-
-    def __init__(self, gcs_address: str | None):
-        from ray._raylet import GcsClient
-        if gcs_address is None:
-            import ray
-            gcs_address = ray.get_runtime_context().gcs_address
+def _live_entries(prefix: str, address: str | None, dashboard: str | None) -> dict[str, dict]:
+    """{key: entry} under `prefix` in the internal KV, read through this process's Ray or a bare
+    GcsClient; entries whose actor is no longer alive are deleted (a killed actor cannot clean up)."""
+    from ray._raylet import GcsClient
+    gcs_address = resolve_gcs_address(address, dashboard)
+    if gcs_address is None:
+        import ray
+        gcs_address = ray.get_runtime_context().gcs_address
+    try:
+        client = GcsClient(address=gcs_address)
+    except Exception as e:  # noqa: BLE001 - any failure is "cannot reach"
+        raise RegistryError(f"cannot reach the Ray GCS at {gcs_address} ({e}); {ADDRESS_HINT}") from None
+    namespace = NAMESPACE.encode()
+    try:
+        keys = client.internal_kv_keys(prefix.encode(), namespace=namespace, timeout=10)
+        values = client.internal_kv_multi_get(keys, namespace=namespace, timeout=10) if keys else {}
+    except Exception as e:  # noqa: BLE001
+        raise RegistryError(f"cannot read the rldbg registry from the Ray GCS at {gcs_address} ({e})") from None
+    entries = {}
+    for k, v in values.items():
         try:
-            self.client = GcsClient(address=gcs_address)
-        except Exception as e:  # noqa: BLE001 - any failure is "cannot reach"
-            raise RegistryError(f"cannot reach the Ray GCS at {gcs_address} ({e}); {ADDRESS_HINT}") from None
-        self.address = gcs_address
-
-    def entries(self, prefix: str = PREFIX) -> dict[str, dict]:
+            entries[k.decode()] = json.loads(v)
+        except ValueError:
+            continue
+    alive = _alive_actors(client) if entries else set()
+    for key in [k for k, data in entries.items() if data.get("actor_id") and data["actor_id"] not in alive]:
+        del entries[key]
         try:
-            keys = self.client.internal_kv_keys(prefix.encode(), namespace=NAMESPACE.encode(), timeout=10)
-            if not keys:
-                return {}
-            values = self.client.internal_kv_multi_get(keys, namespace=NAMESPACE.encode(), timeout=10)
-        except Exception as e:  # noqa: BLE001
-            raise RegistryError(f"cannot read the rldbg registry from the Ray GCS at {self.address} ({e})") from None
-        out = {}
-        for k, v in values.items():
-            try:
-                out[k.decode()] = json.loads(v)
-            except ValueError:
-                continue
-        return out
-
-    def alive_actors(self) -> set[str]:
-        import asyncio
-
-        async def fetch():
-            return await self.client.async_get_all_actor_info(actor_state_name="ALIVE", timeout=10)
-        # The GCS client hands back asyncio futures bound to the running loop; a private
-        # loop keeps this callable from threads that already run one.
-        loop = asyncio.new_event_loop()
-        try:
-            return {a.hex() for a in loop.run_until_complete(fetch())}
-        finally:
-            loop.close()
-
-    def delete(self, key: str) -> None:
-        try:
-            self.client.internal_kv_del(key.encode(), False, namespace=NAMESPACE.encode(), timeout=5)
+            client.internal_kv_del(key.encode(), False, namespace=namespace, timeout=5)
         except Exception:  # noqa: BLE001 - cleanup is best effort
             pass
+    return entries
+
+
+def _alive_actors(client) -> set[str]:
+    import asyncio
+
+    async def fetch():
+        return await client.async_get_all_actor_info(actor_state_name="ALIVE", timeout=10)
+    # The GCS client hands back asyncio futures bound to the running loop; a private
+    # loop keeps this callable from threads that already run one.
+    loop = asyncio.new_event_loop()
+    try:
+        return {a.hex() for a in loop.run_until_complete(fetch())}
+    finally:
+        loop.close()
 
 
 def listening_workers(address: str | None = None, role: str | None = None, ranks=None,
@@ -223,39 +223,19 @@ def listening_workers(address: str | None = None, role: str | None = None, ranks
     """Workers listening for a debugger right now, sorted by role and rank.
     address: GCS host:port (default: see resolve_gcs_address); role: keep workers
     holding this role ("*" or None: all); ranks: keep these ranks (None: all)."""
-    reader = _Reader(resolve_gcs_address(address, dashboard))
-    entries = reader.entries()
-    alive = reader.alive_actors() if entries else set()
-    out = []
-    for key, data in entries.items():
-        if data.get("actor_id") and data["actor_id"] not in alive:
-            reader.delete(key)  # the actor died or restarted: its port is gone
-            continue
-        w = ListeningWorker.from_dict({**data, "key": key})
-        if role and not w.has_role(role):
-            continue
-        if ranks is not None and w.rank not in ranks:
-            continue
-        out.append(w)
-    out.sort(key=lambda w: (w.role, w.rank, w.pid))
-    return out
+    found = [ListeningWorker.from_dict({**data, "key": key})
+             for key, data in _live_entries(PREFIX, address, dashboard).items()]
+    found = [w for w in found if (not role or w.has_role(role)) and (ranks is None or w.rank in ranks)]
+    return sorted(found, key=lambda w: (w.role, w.rank, w.pid))
 
 
 def worker_identities(address: str | None = None, dashboard: str | None = None) -> dict:
-    """{actor_id: WorkerIdentity} of every live worker that called set_worker_identity; entries
-    of dead actors are deleted. address/dashboard: as listening_workers. Raises RegistryError."""
+    """{actor_id: WorkerIdentity} of every live worker that called set_worker_identity.
+    address/dashboard: as listening_workers. Raises RegistryError."""
     from rldbg.context import WorkerIdentity
 
-    reader = _Reader(resolve_gcs_address(address, dashboard))
-    entries = reader.entries(WORKER_PREFIX)
-    alive = reader.alive_actors() if entries else set()
-    out = {}
-    for key, data in entries.items():
-        if data.get("actor_id") not in alive:
-            reader.delete(key)
-            continue
-        out[data["actor_id"]] = WorkerIdentity.from_dict(data)
-    return out
+    entries = _live_entries(WORKER_PREFIX, address, dashboard).values()
+    return {data["actor_id"]: WorkerIdentity.from_dict(data) for data in entries if data.get("actor_id")}
 
 
 def identities_or_empty(address: str | None = None, dashboard: str | None = None) -> dict:
@@ -273,17 +253,3 @@ def identify(actor: dict, identities: dict):
     from rldbg.context import parse_label
 
     return identities.get(actor.get("actor_id")) or parse_label(actor.get("repr_name"))
-
-
-def parse_ranks(text: str | None, what: str = "ranks") -> frozenset | None:
-    """"1", "0,1", "0|1", "0-3" -> a set of ranks; None or "" -> None (every rank)."""
-    if text is None or not str(text).strip() or str(text).strip() == "*":
-        return None
-    out: set[int] = set()
-    for part in str(text).replace("|", ",").split(","):
-        part = part.strip()
-        lo, dash, hi = part.partition("-")
-        if not (lo.isdigit() and (not dash or hi.isdigit())) or (dash and int(hi) < int(lo)):
-            raise ValueError(f"bad {what} {text!r}: {part!r} is not a rank; accepted: 1, 0,1, 0|1, 0-3 or *")
-        out.update(range(int(lo), int(hi) + 1) if dash else {int(lo)})
-    return frozenset(out)

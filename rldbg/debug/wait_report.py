@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from rldbg.debug.specs import role_matches
 from rldbg.switches import HANG_REPORT_S, WAIT_REPORT_S
 
 REPORT_AFTER_S = float(os.environ.get(WAIT_REPORT_S, "5"))
@@ -19,16 +20,8 @@ _explained: set = set()
 
 
 def dashboard_address() -> str | None:
-    addr = os.environ.get("RAY_DASHBOARD_ADDRESS")
-    if addr:
-        return addr
-    try:
-        import ray
-
-        url = ray._private.worker.global_worker.node.webui_url  # set when this driver started Ray
-        return f"http://{url}" if url and not url.startswith("http") else url
-    except Exception:
-        return None
+    from rldbg.control.discovery import own_dashboard
+    return os.environ.get("RAY_DASHBOARD_ADDRESS") or own_dashboard()
 
 
 def report(group: str, method: str, flow_id: int, waited_s: float) -> list[str]:
@@ -50,8 +43,7 @@ def report(group: str, method: str, flow_id: int, waited_s: float) -> list[str]:
         return []  # the dashboard is optional; never disturb the run
     lines = []
     for w in paused:
-        roles = (w.role or "").split("+")
-        if group not in roles or (flow_id, w.pid) in _reported:
+        if not role_matches(group, w.role or "") or (flow_id, w.pid) in _reported:
             continue
         _reported.add((flow_id, w.pid))
         lines.append(f"rldbg: {group}.{method} is waiting on {group} rank {w.rank}, paused at a breakpoint "
