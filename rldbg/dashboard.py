@@ -12,7 +12,8 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
+
+from rldbg import ray_auth
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 _ADDRESS_HINT = "pass --address or set RAY_DASHBOARD_ADDRESS"
@@ -22,18 +23,22 @@ class DashboardError(RuntimeError):
     """One-line, user-facing failure talking to the dashboard."""
 
 
-def resolve_address(address: str | None = None) -> str:
-    """Explicit argument, else RAY_DASHBOARD_ADDRESS, else RAY_ADDRESS when it is
-    an http URL (RAY_ADDRESS is often a GCS host:port, which is not the dashboard)."""
-    if address:
-        return _normalise(address)
+def env_address() -> tuple[str, str] | None:
+    """(address, variable) from RAY_DASHBOARD_ADDRESS, else from RAY_ADDRESS when it is an http URL
+    (RAY_ADDRESS is often a GCS host:port, which is not the dashboard); None when neither says."""
     for var in ("RAY_DASHBOARD_ADDRESS", "RAY_ADDRESS"):
         value = os.environ.get(var, "").strip()
-        if value.startswith(("http://", "https://")):
-            return _normalise(value)
-        if value and var == "RAY_DASHBOARD_ADDRESS":
-            return _normalise(value)
-    return DEFAULT_ADDRESS
+        if value and (var == "RAY_DASHBOARD_ADDRESS" or value.startswith(("http://", "https://"))):
+            return value, var
+    return None
+
+
+def resolve_address(address: str | None = None) -> str:
+    """Explicit argument, else env_address(), else DEFAULT_ADDRESS."""
+    if not address:
+        found = env_address()
+        address = found[0] if found else None
+    return _normalise(address) if address else DEFAULT_ADDRESS
 
 
 def _normalise(address: str) -> str:
@@ -54,11 +59,6 @@ def _normalise(address: str) -> str:
     return address
 
 
-def read_token() -> str | None:
-    from rldbg.ray_auth import token
-    return token()
-
-
 def _filters_query(filters) -> list[tuple[str, str]]:
     """(key, predicate, value) triples; the state API accepts only '=' and '!='
     and silently ignores a key without a predicate, so reject anything else."""
@@ -73,25 +73,34 @@ def _filters_query(filters) -> list[tuple[str, str]]:
     return out
 
 
+def request_json(url: str, token: str | None, timeout: float, method: str = "GET", body: dict | None = None,
+                 raw: bool = False):
+    """One HTTP request carrying `token` as a Bearer header (and `body` as JSON); the answer parsed
+    as JSON (its text with raw). Raises urllib's HTTPError / URLError / OSError, or ValueError when
+    the answer is not JSON: each client words those for its own server."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        answer = resp.read()
+    return answer.decode("utf-8", "replace") if raw else json.loads(answer)
+
+
 class Dashboard:
     """client = Dashboard(); client.paused_workers() -> [worker dict, ...]"""
 
     def __init__(self, address: str | None = None, token: str | None = None, timeout: float = 10.0):
         self.address = resolve_address(address)
-        self.token = token if token is not None else read_token()
+        self.token = token if token is not None else ray_auth.token()
         self.timeout = timeout
 
-    # --- transport -------------------------------------------------------
     def get(self, path: str, params=None, *, raw: bool = False):
-        url = self.address + path
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        req = urllib.request.Request(url)
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
+        url = self.address + path + ("?" + urllib.parse.urlencode(params) if params else "")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                body = resp.read()
+            return request_json(url, self.token, self.timeout, raw=raw)
         except urllib.error.HTTPError as e:
             raise DashboardError(self._http_message(e, path)) from None
         except (urllib.error.URLError, OSError) as e:
@@ -99,10 +108,6 @@ class Dashboard:
             raise DashboardError(
                 f"cannot reach the Ray dashboard at {self.address} ({reason}); {_ADDRESS_HINT}"
             ) from None
-        if raw:
-            return body.decode("utf-8", "replace")
-        try:
-            return json.loads(body)
         except ValueError:
             raise DashboardError(
                 f"{self.address}{path} did not answer JSON; is {self.address} a Ray dashboard? "

@@ -13,19 +13,15 @@ import os
 from pathlib import Path
 
 
-def token_path() -> Path:
-    explicit = os.environ.get("RAY_AUTH_TOKEN_PATH", "").strip()
-    return Path(explicit).expanduser() if explicit else Path(os.environ.get("HOME", "~")).expanduser() / ".ray" / "auth_token"
-
-
 def token() -> str | None:
     """The token this machine's clusters accept: $RAY_AUTH_TOKEN, else $RAY_AUTH_TOKEN_PATH or
     ~/.ray/auth_token; None when there is none."""
     value = os.environ.get("RAY_AUTH_TOKEN", "").strip()
     if value:
         return value
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH", "").strip() or Path(os.environ.get("HOME", "~")) / ".ray" / "auth_token"
     try:
-        return token_path().read_text().strip() or None
+        return Path(path).expanduser().read_text().strip() or None
     except OSError:
         return None
 

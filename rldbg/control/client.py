@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.parse
-import urllib.request
+
+from rldbg.dashboard import request_json
 
 
 class HubError(RuntimeError):
@@ -40,15 +41,8 @@ class HubClient:
 
     def _request(self, method: str, path: str, body: dict | None = None, params: dict | None = None):
         url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(url, data=data, method=method)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read())
+            return request_json(url, self.token, self.timeout, method, body)
         except urllib.error.HTTPError as e:
             try:
                 detail = json.loads(e.read()).get("error", "")

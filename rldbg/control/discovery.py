@@ -140,13 +140,11 @@ def own_dashboard() -> str | None:
 def resolve_dashboard(address: str | None = None, job: str | None = None) -> tuple[str, str]:
     """(dashboard URL, where it came from). Raises RunChoiceError when several live runs on this
     machine use different dashboards and neither `address` nor `job` picks one."""
-    from rldbg.dashboard import DEFAULT_ADDRESS, resolve_address
+    from rldbg.dashboard import DEFAULT_ADDRESS, env_address, resolve_address
     if address:
         return resolve_address(address), "--address"
-    for var in ("RAY_DASHBOARD_ADDRESS", "RAY_ADDRESS"):
-        value = os.environ.get(var, "").strip()
-        if value and (var == "RAY_DASHBOARD_ADDRESS" or value.startswith(("http://", "https://"))):
-            return resolve_address(None), f"${var}"
+    if env_address():
+        return resolve_address(), f"${env_address()[1]}"
     runs = [r for r in select_runs(read_hub_files(), job) if r.get("dashboard")]
     dashboards = sorted({r["dashboard"] for r in runs})
     if len(dashboards) == 1:
