@@ -17,6 +17,7 @@ import secrets
 import time
 
 from rldbg.control import gate
+from rldbg.control.gate import release
 from rldbg.control.hub import NAMESPACE, hub_name
 
 _session: dict = {}
@@ -24,7 +25,7 @@ _session: dict = {}
 
 def start(port: int = 0, token: str | None = None, gate_timeout_s: float = 30.0,
           host: str = "127.0.0.1", poll_s: float = 0.25) -> dict:
-    """Start this job's hub and the driver gate. Returns {url, token, job_id, file}."""
+    """Start this job's hub and the driver gate. Returns info()."""
     if not 0 <= int(port) < 65536:
         raise ValueError(f"port={port!r} must be in 0..65535 (0 picks a free one)")
     if gate_timeout_s <= 0:
@@ -34,45 +35,40 @@ def start(port: int = 0, token: str | None = None, gate_timeout_s: float = 30.0,
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from rldbg.control.discovery import run_id, write_hub_file
+    from rldbg.control.discovery import own_dashboard, run_id, write_hub_file
     from rldbg.control.hub import ControlHub
-    from rldbg.own_actors import own_actor_class
 
     if not ray.is_initialized():
         raise RuntimeError("rldbg.control.start() needs Ray: call ray.init() first")
     ctx = ray.get_runtime_context()
     job = ctx.get_job_id()
     token = token or secrets.token_urlsafe(24)
-    # Pinned to the driver's node: 127.0.0.1 there is this machine, and export reads the spill.
-    cls = own_actor_class(ray, ControlHub, max_concurrency=16)
+    # num_cpus=0: the hub never holds (or waits for) a CPU the job asked for. max_restarts=0: when it
+    # dies the gate releases the run. enable_task_events=False: the gate's 4 syncs a second, for the
+    # whole run, would each cost the caller and the GCS, fill the dashboard's task list with rldbg's
+    # traffic and crowd the user's tasks out of the GCS's bounded task store, where
+    # `rldbg breakpoints` looks up a paused worker's task. Pinned to the driver's node: 127.0.0.1
+    # there is this machine, and export reads the spill.
+    cls = ray.remote(num_cpus=0, max_restarts=0, enable_task_events=False, max_concurrency=16)(ControlHub)
     try:
         hub = cls.options(name=hub_name(job), namespace=NAMESPACE, lifetime=None,
                           scheduling_strategy=NodeAffinitySchedulingStrategy(ctx.get_node_id(), soft=False),
                           ).remote(job, token, host, int(port), float(gate_timeout_s))
-        info = ray.get(hub.info.remote(), timeout=60)
+        url = ray.get(hub.info.remote(), timeout=60)["url"]
     except ValueError as e:
         raise RuntimeError(f"cannot start the control hub for job {job}: {e}") from None
     except ray.exceptions.RayActorError as e:
         raise RuntimeError(f"the control hub for job {job} failed to start: {str(e).splitlines()[0]}") from None
     # pid is the driver's: a stale file (driver killed before stop()) names a process that is gone.
-    info = {"url": info["url"], "token": token, "job_id": job, "pid": os.getpid(), **_cluster_identity(ray)}
-    path = write_hub_file(info)
+    # dashboard and session: CLI commands then find this run's cluster, not :8265.
+    node = getattr(ray._private.worker.global_worker, "node", None)
+    record = {"url": url, "token": token, "job_id": job, "pid": os.getpid(), "dashboard": own_dashboard(),
+              "session": getattr(node, "session_name", None)}
+    path = write_hub_file(record)
     gate.install(gate.DriverGate(hub, gate_timeout_s, poll_s))
-    _session.update(info, hub=hub, file=str(path), run=run_id(job))
+    _session.update(record, hub=hub, file=str(path), run=run_id(job))
     atexit.register(_at_exit)
-    return {"url": info["url"], "token": token, "job_id": job, "file": str(path), "run": run_id(job)}
-
-
-def _cluster_identity(ray) -> dict:
-    """The run's own dashboard and Ray session, so CLI commands find this cluster, not :8265."""
-    from rldbg.control.discovery import own_dashboard
-    dashboard = own_dashboard()
-    out = {"dashboard": dashboard} if dashboard else {}
-    try:
-        out["session"] = ray._private.worker.global_worker.node.session_name
-    except Exception:
-        pass
-    return out
+    return info()
 
 
 def stop() -> None:
@@ -111,6 +107,7 @@ def hub_handle():
 
 
 def info() -> dict | None:
+    """{url, token, job_id, file, run} of this driver's hub, or None."""
     return {k: _session[k] for k in ("url", "token", "job_id", "file", "run")} if _session else None
 
 
@@ -119,12 +116,6 @@ def _at_exit() -> None:
         stop()
     except Exception:
         pass
-
-
-def release(why: str) -> None:
-    """The driver is stopping (a signal): a step gate parked at a pause returns within about a second
-    and stays open from now on. Safe to call from a signal handler; a no-op without a hub."""
-    gate.release(why)
 
 
 __all__ = ["start", "stop", "release", "hub_handle", "info"]

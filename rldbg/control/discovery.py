@@ -82,8 +82,8 @@ def _alive(info: dict) -> bool:
     return True
 
 
-def read_hub_files(live_only: bool = True) -> list[dict]:
-    """Hub records, oldest first; with live_only, files of drivers that died are skipped."""
+def read_hub_files() -> list[dict]:
+    """Hub records of live drivers, oldest first."""
     out = []
     for p in hub_dir().glob("hub-*.json"):
         try:
@@ -95,7 +95,7 @@ def read_hub_files(live_only: bool = True) -> list[dict]:
             continue
         info.setdefault("run", run_id(info["job_id"], info.get("pid", 0)))
         info["file"], info["mtime"] = str(p), mtime
-        if live_only and not _alive(info):
+        if not _alive(info):
             continue
         out.append(info)
     return sorted(out, key=lambda i: i["mtime"])

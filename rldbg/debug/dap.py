@@ -266,17 +266,9 @@ class DAPClient:
         return tid
 
     # --- execution -------------------------------------------------------
-    def continue_(self, thread_id: int | None = None) -> dict:
-        return self.request("continue", {"threadId": self._thread(thread_id)})
-
-    def next(self, thread_id: int | None = None) -> dict:
-        return self.request("next", {"threadId": self._thread(thread_id)})
-
-    def step_in(self, thread_id: int | None = None) -> dict:
-        return self.request("stepIn", {"threadId": self._thread(thread_id)})
-
-    def step_out(self, thread_id: int | None = None) -> dict:
-        return self.request("stepOut", {"threadId": self._thread(thread_id)})
+    def resume(self, how: str = "continue", thread_id: int | None = None) -> dict:
+        """how: continue | next (step over) | stepIn | stepOut, for the stopped thread (or thread_id)."""
+        return self.request(how, {"threadId": self._thread(thread_id)})
 
     @property
     def closed(self) -> bool:
