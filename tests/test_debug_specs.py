@@ -5,7 +5,7 @@ import pytest
 
 from rldbg.commands.vscode import strip_jsonc, update_launch
 from rldbg.debug import breakpoints as bp
-from rldbg.debug.specs import FORM, Spec, SpecError, SpecSet, from_env, matches, parse, parse_many
+from rldbg.debug.specs import FORM, SpecError, SpecSet, from_env, matches, parse, parse_many
 from rldbg.context import WorkerIdentity, parse_label, worker_label
 from rldbg.debug.paused_workers import TargetError, resolve_target
 
@@ -90,15 +90,6 @@ def test_method_entry_matching_without_pausing(monkeypatch):
         assert not bp.check_method_entry("critic", 5, "fit", 3)
     finally:
         bp.set_active_specs([])
-
-
-def test_format_remote_error():
-    try:
-        raise ValueError("bad shard")
-    except ValueError as e:
-        msg = bp.format_remote_error("actor", 1, "update_actor", 3, e)
-    assert msg.startswith("actor rank 1, method update_actor, step 3 failed:")
-    assert "ValueError: bad shard" in msg and "raise ValueError" in msg
 
 
 def test_repr_and_targets():

@@ -35,33 +35,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--ray-address", help="GCS HOST:PORT for --attach-role (default: RAY_ADDRESS, else the local cluster)")
 
 
+# A JSON string (kept as it is), or a // or /* */ comment (dropped).
+_STRING_OR_COMMENT = re.compile(r'("(?:\\.|[^"\\])*")|//[^\n]*|/\*.*?(?:\*/|$)', re.S)
+
+
 def strip_jsonc(text: str) -> str:
     """Drop // and /* */ comments outside strings and trailing commas."""
-    out, i, n, in_str = [], 0, len(text), False
-    while i < n:
-        c = text[i]
-        if in_str:
-            out.append(c)
-            if c == "\\" and i + 1 < n:
-                out.append(text[i + 1])
-                i += 1
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-            out.append(c)
-        elif text.startswith("//", i):
-            i = text.find("\n", i)
-            i = n if i < 0 else i
-            continue
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-            continue
-        else:
-            out.append(c)
-        i += 1
-    return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
+    text = _STRING_OR_COMMENT.sub(lambda m: m.group(1) or "", text)
+    return re.sub(r",(\s*[}\]])", r"\1", text)
 
 
 def attach_entry(name: str, host: str, port: int, cwd: str | None, purelib: str | None = None) -> dict:

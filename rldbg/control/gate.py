@@ -126,32 +126,23 @@ class DriverGate:
         self._thread.join(timeout=self.poll_s + 6.0)
 
 
-def _get(call, name, default=None):
-    if isinstance(call, dict):
-        return call.get(name, default)
-    tag = getattr(call, "tag", None)   # rldbg.instrument.Call: tag carries flow id, group, method, step
-    if tag is not None and hasattr(tag, name if name != "id" else "flow_id"):
-        return getattr(tag, name if name != "id" else "flow_id")
-    return getattr(call, name, default)
-
-
 def _call_dict(phase: str, call, shards) -> dict:
-    return {"id": _get(call, "id"), "group": _get(call, "group"), "method": _get(call, "method"),
-            "mode": _get(call, "mode"), "world": _get(call, "world"), "step": _get(call, "step"),
-            "phase": phase, "shards": list(shards) if shards is not None else None}
+    """A pause point as the hub and the TUI see it; `call` is an rldbg.instrument.Call."""
+    tag = call.tag
+    return {"id": tag.flow_id, "group": tag.group, "method": tag.method, "mode": call.mode, "world": call.world,
+            "step": tag.step, "phase": phase, "shards": list(shards) if shards is not None else None}
 
 
 def _result_dict(call, summary) -> dict:
     s = summary if isinstance(summary, dict) else {}
-    return {"id": _get(call, "id"), "group": _get(call, "group"), "method": _get(call, "method"),
-            "step": _get(call, "step"), "rows": s.get("rows"), "keys": s.get("keys") or [],
-            "metrics": s.get("metrics") or {}}
+    return {"id": call.tag.flow_id, "group": call.tag.group, "method": call.tag.method, "step": call.tag.step,
+            "rows": s.get("rows"), "keys": s.get("keys") or [], "metrics": s.get("metrics") or {}}
 
 
 # ---- module-level hooks the seam calls ------------------------------------------------
 def before_dispatch(call, shards=None) -> bool:
-    """Pause point 1. call: an rldbg.instrument.Call (or a dict with id, group, method, mode,
-    world, step); shards: per-rank summaries {"rows", "keys": [...]} or None. True if it paused."""
+    """Pause point 1. call: an rldbg.instrument.Call; shards: per-rank summaries {"rows", "keys": [...]}
+    or None. True if it paused."""
     g = _gate
     return g.before_dispatch(call, shards) if g is not None else False
 

@@ -11,7 +11,6 @@ Gate (pause points are BEFORE each dispatch and AFTER each collect of a worker-g
     step           armed; stop at every pause point
     run_to_method  armed; pass until before_dispatch of a call whose method == target, then `step`
     run_to_step    armed; pass until before_dispatch of a call whose step > target, then `step`
-    free           reserved (never set here): a TUI may show it for "armed but running"
 An armed gate with no heartbeat/gate action for timeout_s disarms itself: a killed TUI never
 wedges a run.
 """
@@ -25,7 +24,6 @@ from rldbg.debug.specs import SpecSet, parse
 
 NAMESPACE = "rldbg"
 NAME_PREFIX = "rldbg-hub-"
-MODES = ("off", "step", "run_to_method", "run_to_step", "free")
 
 
 def hub_name(job_id: str) -> str:

@@ -16,7 +16,6 @@ import os
 import sys
 import threading
 import time
-import traceback as _tb
 
 from rldbg.context import current
 from rldbg.debug import debugpy_port
@@ -81,27 +80,33 @@ def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A00
     _pause(frame, reason="breakpoint")
 
 
-def _record(frame, reason: str, extra: dict) -> dict:
+def _hold(frame, reason: str, **extra) -> dict:
+    """Note a stop in `frame`: paused(), the job's hub (control.notify) and the trace see it."""
     ctx = current()
-    entry = {
-        "reason": reason,
-        "file": frame.f_code.co_filename if frame else None,
-        "line": frame.f_lineno if frame else None,
-        "function": frame.f_code.co_name if frame else None,
-        "role": ctx.role,
-        "rank": ctx.rank,
-        "step": ctx.step,
-        "method": ctx.method,
-        "pid": os.getpid(),
-        "thread": threading.get_ident(),
-        "since": time.time(),
-        **extra,
-    }
+    entry = {"reason": reason, "file": frame.f_code.co_filename if frame else None,
+             "line": frame.f_lineno if frame else None, "function": frame.f_code.co_name if frame else None,
+             "role": ctx.role, "rank": ctx.rank, "step": ctx.step, "method": ctx.method, "pid": os.getpid(),
+             "thread": threading.get_ident(), "since": time.time(), **extra}
     if _rt.STATE.on or _rt.lookup():
-        _rt.emit(instant_event("user", "breakpoint", time.time_ns(), ctx.role, ctx.rank, ctx.step, ctx.method,
-                               {"file": entry["file"], "line": entry["line"], "role": ctx.role, "rank": ctx.rank,
-                                "step": ctx.step, "method": ctx.method, "reason": reason}))
+        args = {k: entry[k] for k in ("file", "line", "role", "rank", "step", "method", "reason")}
+        _rt.emit(instant_event("user", "breakpoint", time.time_ns(), ctx.role, ctx.rank, ctx.step, ctx.method, args))
+    with _lock:
+        _paused[entry["thread"]] = entry
+    _notify("notify_pause", entry)
     return entry
+
+
+def release_stop(entry: dict) -> None:
+    with _lock:
+        if _paused.get(entry["thread"]) is entry:
+            del _paused[entry["thread"]]
+    _notify("notify_resume", entry)
+
+
+def _notify(name: str, entry: dict) -> None:
+    # The job's control hub (TUI, /api/state) hears of the stop; fire-and-forget, never raises.
+    from rldbg.control import notify
+    getattr(notify, name)(entry)
 
 
 def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
@@ -109,10 +114,7 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
         _pause_without_ray(frame, reason)
         return
     host, port = debugpy_port.ensure_listening()
-    entry = _record(frame, reason, {"host": host, "port": port, "spec": spec.text if spec else None})
-    with _lock:
-        _paused[entry["thread"]] = entry
-    _notify("notify_pause", entry)
+    entry = _hold(frame, reason, host=host, port=port, spec=spec.text if spec else None)
     where = f"{entry['file']}:{entry['line']}"
     who = f"{entry['role']} rank {entry['rank']}" + (f" step {entry['step']}" if entry["step"] is not None else "")
     try:
@@ -121,9 +123,7 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
             f"(rldbg attach {host}:{port}, or VS Code's Ray Distributed Debugger)"
         )
     finally:
-        with _lock:
-            _paused.pop(entry["thread"], None)
-        _notify("notify_resume", entry)
+        release_stop(entry)
     if exc_info is not None:
         debugpy_port.stop_on_exception(exc_info)
     else:
@@ -141,24 +141,7 @@ def record_external_stop(frame, reason: str, thread_ident: int) -> dict | None:
     if getattr(_own_stop, "frame", None) is frame:
         _own_stop.frame = None
         return None
-    entry = _record(frame, reason, {"thread": thread_ident})
-    with _lock:
-        _paused[thread_ident] = entry
-    _notify("notify_pause", entry)
-    return entry
-
-
-def clear_external_stop(entry: dict) -> None:
-    with _lock:
-        if _paused.get(entry["thread"]) is entry:
-            del _paused[entry["thread"]]
-    _notify("notify_resume", entry)
-
-
-def _notify(name: str, entry: dict) -> None:
-    # The job's control hub (TUI, /api/state) hears of the stop; fire-and-forget, never raises.
-    from rldbg.control import notify
-    getattr(notify, name)(entry)
+    return _hold(frame, reason, thread=thread_ident)
 
 
 def _pause_without_ray(frame, reason: str) -> None:
@@ -224,11 +207,6 @@ def check_method_entry(role: str, rank: int, method: str, step: int | None = Non
 
 
 # --- post-mortem --------------------------------------------------------------
-def post_mortem_enabled() -> bool:
-    """RAY_DEBUG_POST_MORTEM=1 (Ray's switch) or RLDBG_POST_MORTEM=1."""
-    return os.environ.get(RAY_POST_MORTEM) == "1" or os.environ.get(POST_MORTEM_ENV) == "1"
-
-
 def post_mortem(exc: BaseException) -> bool:
     """Pause on `exc` (inside its except block) for a debugger to attach; the client
     sees the raising frame. Returns True if it paused. With RAY_DEBUG_POST_MORTEM=1
@@ -258,18 +236,3 @@ class post_mortem_guard:
         if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
             post_mortem(exc)
         return False
-
-
-def format_remote_error(role: str, rank: int, method: str, step, exc_or_tb) -> str:
-    """Message for the trainer's RemoteWorkerError: who failed, then the remote
-    traceback (an exception, a traceback string, or a RayTaskError)."""
-    if isinstance(exc_or_tb, BaseException):
-        text = str(exc_or_tb) if type(exc_or_tb).__name__.startswith("RayTaskError") else "".join(
-            _tb.format_exception(type(exc_or_tb), exc_or_tb, exc_or_tb.__traceback__))
-    else:
-        text = str(exc_or_tb)
-    where = f"{role} rank {rank}, method {method}" + (f", step {step}" if step is not None else "")
-    hint = "" if post_mortem_enabled() else (
-        "\n(set RAY_DEBUG_POST_MORTEM=1 or RLDBG_POST_MORTEM=1 to pause the worker at the "
-        "exception and attach with `rldbg attach`)")
-    return f"{where} failed:\n{text.rstrip()}{hint}"

@@ -118,33 +118,27 @@ class DAPClient:
                 raise DAPError(f"connection to {self.host}:{self.port} lost ({e})") from None
 
     def _read_loop(self) -> None:
-        buf = b""
+        stream = self._sock.makefile("rb")
         try:
             while not self._closed.is_set():
                 # Headers end at a blank line; only Content-Length is meaningful.
-                while b"\r\n\r\n" not in buf:
-                    chunk = self._sock.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                header, buf = buf.split(b"\r\n\r\n", 1)
                 length = None
-                for line in header.split(b"\r\n"):
+                while (line := stream.readline()).strip():
                     name, _, value = line.partition(b":")
                     if name.strip().lower() == b"content-length":
                         length = int(value.strip())
+                if not line:
+                    return
                 if length is None:
-                    raise DAPError(f"DAP frame without Content-Length: {header[:100]!r}")
-                while len(buf) < length:
-                    chunk = self._sock.recv(max(65536, length - len(buf)))
-                    if not chunk:
-                        return
-                    buf += chunk
-                body, buf = buf[:length], buf[length:]
+                    raise DAPError(f"DAP frame without Content-Length: {line[:100]!r}")
+                body = stream.read(length)
+                if len(body) < length:
+                    return
                 self._dispatch(json.loads(body))
         except (OSError, ValueError, DAPError):
             return
         finally:
+            stream.close()
             self._closed.set()
             self.events.put({"type": "event", "event": "_closed", "body": {}})
             with self._pending_lock:

@@ -191,4 +191,4 @@ def _on_resume(token) -> None:
         except Exception:  # noqa: BLE001
             pass
     if entry is not None:
-        bp.clear_external_stop(entry)
+        bp.release_stop(entry)
