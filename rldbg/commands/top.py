@@ -15,8 +15,8 @@ import sys
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--address", help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS, an http "
-                                          "$RAY_ADDRESS, or http://127.0.0.1:8265)")
+    from rldbg.control.discovery import ADDRESS_HELP
+    parser.add_argument("--address", help=ADDRESS_HELP)
     parser.add_argument("--job", help="the run: RUN (JOB-PID, as the driver prints it) or a Ray job id "
                                       "(default: the only run in view; with several, a choice)")
     parser.add_argument("--token", help="the hub's token (default: $RLDBG_TOKEN or ~/.rldbg/hub-<job>-<pid>.json)")

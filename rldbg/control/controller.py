@@ -59,23 +59,21 @@ def join() -> "itertools.count | None":
 
 
 def _install_gate() -> None:
-    from rldbg.control import gate
+    import ray
 
-    if gate.active() is not None:
+    from rldbg.control import gate
+    from rldbg.control.hub import find_hub
+
+    hub = None if gate.active() is not None else find_hub()
+    if hub is None:
+        return   # a gate already, or no hub in this job (yet): look again later
+    try:
+        g = gate.DriverGate(hub, float(ray.get(hub.info.remote(), timeout=10).get("gate_timeout_s") or 30.0))
+    except Exception:  # noqa: BLE001 - a hub going away counts as none
         return
     try:
-        import ray
-
-        from rldbg.control.hub import NAMESPACE, hub_name
-
-        hub = ray.get_actor(hub_name(ray.get_runtime_context().get_job_id()), namespace=NAMESPACE)
-        info = ray.get(hub.info.remote(), timeout=10)
-    except Exception:
-        return   # no hub in this job (yet): look again later
-    g = gate.DriverGate(hub, float(info.get("gate_timeout_s") or 30.0))
-    try:
         g.refresh()
-    except Exception:
+    except Exception:  # noqa: BLE001
         g.close()
         return
     gate.install(g)

@@ -175,28 +175,26 @@ def parse_hub_repr(text: str) -> dict | None:
 
 
 def discover(dashboard_address: str | None = None, timeout: float = 10.0) -> list[dict]:
-    """Live hubs of one cluster: [{url, job_id, run, token|None, pid?}], via its dashboard; the
+    """Live hubs of one cluster: [{url, job_id, run, token|None}], via its dashboard; the
     token comes from the hub file with the same URL when this machine has it. Raises
     DashboardError (one line) if the dashboard is down or has not answered within `timeout` s."""
     from rldbg.dashboard import Dashboard
 
     files = read_hub_files()
-    by_url = {f.get("url"): f for f in files}
     hubs = []
     for a in Dashboard(dashboard_address, timeout=timeout).actors(detail=True, filters=[("state", "=", "ALIVE")]):
         found = parse_hub_repr(a.get("repr_name") or "")
         if found is None and a.get("class_name") != CLASS_NAME:
             continue
-        found = found or {"url": None, "job_id": a.get("job_id")}
-        f = by_url.get(found["url"]) if found["url"] else None
-        if f is None and found["url"] is None:
-            # An old hub without a repr: a file is only trusted when its job id is unique.
-            same = [x for x in files if x.get("job_id") == found["job_id"]]
-            f = same[0] if len(same) == 1 else None
-        f = f or {}
-        hubs.append({"url": found["url"] or f.get("url"), "job_id": found["job_id"], "token": f.get("token"),
-                     "run": f.get("run") or found["job_id"], "driver_pid": f.get("pid"),
-                     "pid": a.get("pid"), "actor_id": a.get("actor_id")})
+        if found is None:
+            # A hub whose repr the dashboard does not show (yet): its file is only trusted when
+            # no other run shares its job id.
+            same = [f for f in files if f.get("job_id") == a.get("job_id")]
+            f = same[0] if len(same) == 1 else {}
+            found = {"url": f.get("url"), "job_id": a.get("job_id")}
+        else:
+            f = next((f for f in files if f.get("url") == found["url"]), {})
+        hubs.append({**found, "token": f.get("token"), "run": f.get("run") or found["job_id"]})
     return hubs
 
 

@@ -17,6 +17,7 @@ wedges a run.
 from __future__ import annotations
 
 import collections
+import re
 import threading
 import time
 
@@ -28,6 +29,17 @@ NAME_PREFIX = "rldbg-hub-"
 
 def hub_name(job_id: str) -> str:
     return f"{NAME_PREFIX}{job_id}"
+
+
+def find_hub():
+    """This job's hub actor, looked up from a process of the job; None when it has none (yet)."""
+    try:
+        import ray
+        if not ray.is_initialized():
+            return None
+        return ray.get_actor(hub_name(ray.get_runtime_context().get_job_id()), namespace=NAMESPACE)
+    except Exception:  # noqa: BLE001 - no hub, or Ray going away
+        return None
 
 
 class ControlHub:
@@ -211,29 +223,22 @@ class ControlHub:
             self.paused.pop((pid, thread), None)
 
     # ---- trace store --------------------------------------------------------------------
-    def collector(self):
-        """A connection to this job's trace collector (in the driver, trace/server.py), or None
-        when tracing is off (looked up again each time it is missing, since tracing may start
-        after the hub)."""
-        if self._collector is None:
-            from rldbg.trace import address
-            try:
-                entry = address.find(self.job_id)
-                self._collector = address.connect(entry, timeout=10.0) if entry else None
-            except ConnectionError:
-                return None
-        return self._collector
-
     def _ask_collector(self, method: str, *args, timeout: float = 10.0):
+        """`method` of this job's trace collector (in the driver, trace/server.py), or None when
+        tracing is off (looked up again each time: tracing may start after the hub)."""
+        from rldbg.trace import address
         with self._collector_lock:
-            c = self.collector()
-            if c is None:
-                return None
             try:
-                c.settimeout(timeout)
-                return c.call(method, *args)
+                if self._collector is None:
+                    entry = address.find(self.job_id)
+                    self._collector = address.connect(entry, timeout=10.0) if entry else None
+                if self._collector is None:
+                    return None
+                self._collector.settimeout(timeout)
+                return self._collector.call(method, *args)
             except ConnectionError:
-                c.close()
+                if self._collector is not None:
+                    self._collector.close()
                 self._collector = None   # tracing stopped; a later start() publishes a new one
                 return None
 
@@ -268,9 +273,7 @@ class ControlHub:
             raise LookupError(f"this run keeps only its last {cfg.get('window')} steps (trace.window) and writes "
                               "nothing until a trigger: `rldbg dump` writes that window now")
         if not path:
-            base = cfg.get("trace_path") or "rldbg-trace.json.gz"
-            for ext in (".json.gz", ".json"):
-                base = base[: -len(ext)] if base.endswith(ext) else base
+            base = re.sub(r"\.json(\.gz)?$", "", cfg.get("trace_path") or "rldbg-trace.json.gz")
             path = f"{base}.snapshot-{time.strftime('%Y%m%d-%H%M%S')}.json.gz"
         out = export_spill(stats["spill_dir"], path)   # reads the live spill; the run goes on
         return {"path": out.get("path", path), "events": out.get("events")}

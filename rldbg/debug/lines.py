@@ -1,23 +1,16 @@
 """Which line a FILE:LINE breakpoint should be on, so that it can stop.
 
 debugpy (like pdb) stops at a line only when that line runs. A `def` line runs when the
-function is *defined* (at import, for a method), never when it is called; decorator,
-docstring, blank and comment lines run nothing (pydevd then moves the breakpoint to the line
-*before*, often the `def`). Such a breakpoint is accepted and never stops.
+function is *defined*, never when it is called; decorator, docstring, blank and comment lines
+run nothing (pydevd moves such a breakpoint to the line *before*, often the `def`): accepted,
+it never stops. resolve() turns the line a user points at into the line they mean: a line of a
+function's header or docstring -> the first line of its body that runs; a line inside a body
+that runs nothing (blank, comment, `else:`) -> the next line that runs; a line that runs
+nothing outside any function -> BreakLineError naming the nearest line that runs.
 
-resolve() turns the line a user points at into the line they mean:
-
-  * a line of a function's header (decorators, the `def`, the rest of its signature, its
-    docstring) -> the first line of that function's body that runs;
-  * a line that runs nothing inside a function's body (blank, comment, `else:`, `global`)
-    -> the next line of that function that runs;
-  * a line that runs nothing and is in no function -> BreakLineError naming the nearest
-    line that runs.
-
-Which lines run comes from the compiler itself (each code object's co_lines()); functions
-and their headers come from the ast. Every way rldbg sets a file:line breakpoint goes
-through here: `rldbg attach --break`, its `b` command, and any DAP client (VS Code) talking
-to a worker rldbg opened the debugger of (rldbg.debug.debugpy_port installs the hook below).
+Which lines run comes from the compiler (co_lines()); functions and headers from the ast.
+`rldbg attach --break`, its `b` command and any DAP client of a worker whose debugger rldbg
+opened (debugpy_port installs the hook below) all go through here.
 """
 from __future__ import annotations
 

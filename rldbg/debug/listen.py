@@ -4,21 +4,12 @@
     RLDBG_LISTEN_ROLES=actor,critic   roles whose workers listen ("*": all roles)
     RLDBG_LISTEN_RANKS=1              optional: only these ranks (1, 0,1, 0|1, 0-3)
 
-maybe_listen(roles, rank, world) is called once per worker process at start-up (the
-seam's set_worker_identity). A chosen worker opens debugpy on 127.0.0.1:<free port>
-(no wait_for_client: training runs on, and pydevd's tracer stays off until a client adds
-a breakpoint, see trace_when_needed), registers the port with Ray (the dashboard's
-/api/v0/workers?detail=1 shows it as debugger_port) and in Ray's internal KV with role,
-rank, pid and node (rldbg.debug.registry), so `rldbg attach --role`, `rldbg vscode
---attach-role` and any editor find it. Other processes open nothing.
-
-In a listening worker:
-  * RLDBG_RANK / RLDBG_ROLE are builtins, so a DAP conditional breakpoint can be
-    `RLDBG_RANK == 1` in any file (or, portable: `__import__("rldbg").current().rank == 1`);
-  * every debugger stop is reported like an rldbg breakpoint (see _on_suspend): the
-    worker's num_paused_threads rises while it is stopped (`rldbg breakpoints`, the
-    dashboard and the TUI list it), and an rldbg.instant("breakpoint", ...) goes into
-    the trace.
+maybe_listen(roles, rank, world) runs once per worker at start-up (set_worker_identity). A
+chosen worker opens debugpy on 127.0.0.1:<free port> without waiting (pydevd's tracer stays off
+until a client adds a breakpoint: trace_when_needed), registers the port with Ray (debugger_port)
+and in Ray's internal KV (registry.py), where `rldbg attach --role` and `rldbg vscode
+--attach-role` find it. RLDBG_RANK / RLDBG_ROLE are builtins there, for conditional breakpoints
+such as `RLDBG_RANK == 1`; every debugger stop is reported like an rldbg breakpoint (_on_suspend).
 
 Security: debugpy has no authentication; anyone who reaches the port runs code in the
 worker. The listener binds 127.0.0.1 unless RLDBG_DEBUG_ALLOW_REMOTE=1 (debugpy_port.py).
@@ -59,9 +50,8 @@ def chosen(roles, rank: int, environ=None) -> bool:
 
 
 def maybe_listen(roles, rank: int, world: int) -> dict | None:
-    """Open a listener when this worker's role and rank are chosen; returns the
-    registry entry (or None). One env lookup when debug mode is off. Never raises:
-    a bad debug setting must not stop training (it prints one line instead)."""
+    """The registry entry of this worker's listener, opened when its role and rank are chosen, else
+    None. Never raises: a bad debug setting must not stop training (it prints one line instead)."""
     if not os.environ.get(ROLES_ENV):
         return None
     if _state["entry"] is not None:

@@ -97,28 +97,21 @@ def list_paused(dash: Dashboard, task_wait_s: float = 3.0) -> list[PausedWorker]
         task = _running_task(dash, w, task_wait_s)
         name = task.get("name") or task.get("func_or_class_name")
         actor_id = task.get("actor_id")
-        role, rank, world = None, None, None
-        actor = {}
         # repr_name is a detail column of the state API. The running task shows up a moment
         # after the pause starts; until then the actor is found by its live pid.
         found = (dash.actors(detail=True, filters=[("actor_id", "=", actor_id)]) if actor_id else
                  dash.actors(detail=True, filters=[("pid", "=", int(w["pid"])), ("state", "=", "ALIVE")]))
-        if found:
-            actor = found[0]
-            actor_id = actor_id or actor.get("actor_id")
+        actor = found[0] if found else {}
+        actor_id = actor_id or actor.get("actor_id")
         ident = identify({**actor, "actor_id": actor_id}, identities)
-        if ident:
-            role, rank, world = ident.role, ident.rank, ident.world
-        if role is None:
-            role = actor.get("class_name") or (name.rsplit(".", 1)[0] if name and "." in name else "task")
-        method = name.rsplit(".", 1)[-1] if name else None
+        role = ident.role if ident else (
+            actor.get("class_name") or (name.rsplit(".", 1)[0] if name and "." in name else "task"))
         out.append(PausedWorker(
-            role=role, rank=rank, world=world, method=method, task=name,
+            role=role, rank=ident.rank if ident else None, world=ident.world if ident else None,
+            method=name.rsplit(".", 1)[-1] if name else None, task=name,
             host=w.get("ip") or "127.0.0.1", port=w.get("debugger_port"), pid=int(w["pid"]),
             node_id=w.get("node_id", ""), worker_id=w["worker_id"], actor_id=actor_id,
-            paused_threads=int(w.get("num_paused_threads") or 0),
-            cwd=_local_cwd(int(w["pid"]), w.get("ip") or ""),
-        ))
+            paused_threads=int(w.get("num_paused_threads") or 0), cwd=_local_cwd(int(w["pid"]), w.get("ip") or "")))
     out.sort(key=lambda p: (p.role, p.rank if p.rank is not None else -1, p.pid))
     return out
 

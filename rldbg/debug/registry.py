@@ -1,19 +1,17 @@
-"""Where listening workers are found: Ray's internal KV, read from any process.
+"""Where listening workers and workers' identities are found: Ray's internal KV, read from any process.
 
-A worker in debug mode (rldbg.debug.listen) writes one JSON entry under
-    namespace "rldbg", key "rldbg:listen:<job_id>:<actor_id or worker_id>"
-with its role(s), rank, world, debugpy host/port, pid, node, cwd and site-packages.
-Readers (`rldbg attach`, `rldbg vscode`, tests) talk to the GCS directly with
-ray._raylet.GcsClient: no ray.init, no job is created, it works from another
-terminal while the run goes on. Entries of actors that died (a killed actor
-cannot clean up) are skipped and deleted on the next listing, judged by the GCS
-actor table, so a restarted run never shows stale ports.
+A worker in debug mode (listen.py) writes one JSON entry under namespace "rldbg", key
+"rldbg:listen:<job_id>:<actor_id or worker_id>" (role(s), rank, world, debugpy host/port, pid,
+node, cwd, site-packages); every actor's identity goes under "rldbg:worker:<job_id>:<actor_id>".
+Readers talk to the GCS with ray._raylet.GcsClient: no ray.init, no job created, from another
+terminal while the run goes on. Entries of dead actors (a killed actor cannot clean up) are
+deleted on the next read, so a restarted run never shows stale ports.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from rldbg.debug.specs import role_matches
 
@@ -56,9 +54,6 @@ class ListeningWorker:
 
     def has_role(self, role: str) -> bool:
         return role_matches(role, self.role)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "address": self.address}
 
     @classmethod
     def from_dict(cls, data: dict) -> "ListeningWorker":
