@@ -47,15 +47,12 @@ def _normalise(address: str) -> str:
         address = "http://" + address
     parsed = urllib.parse.urlparse(address)
     if not parsed.hostname:
-        raise DashboardError(
-            f"bad dashboard address {address!r}: expected http://HOST:PORT, e.g. {DEFAULT_ADDRESS}"
-        )
+        raise DashboardError(f"bad dashboard address {address!r}: expected http://HOST:PORT, e.g. {DEFAULT_ADDRESS}")
     try:
         parsed.port
     except ValueError:
-        raise DashboardError(
-            f"bad dashboard address {address!r}: the port must be a number, e.g. {DEFAULT_ADDRESS}"
-        ) from None
+        raise DashboardError(f"bad dashboard address {address!r}: the port must be a number, "
+                             f"e.g. {DEFAULT_ADDRESS}") from None
     return address
 
 
@@ -67,8 +64,6 @@ def _filters_query(filters) -> list[tuple[str, str]]:
         if len(f) != 3 or f[1] not in ("=", "!="):
             raise ValueError(f"bad filter {f!r}: expected (key, '=' or '!=', value)")
         key, pred, value = f
-        if isinstance(value, bool):
-            value = str(value)
         out += [("filter_keys", key), ("filter_predicates", pred), ("filter_values", str(value))]
     return out
 
@@ -104,15 +99,11 @@ class Dashboard:
         except urllib.error.HTTPError as e:
             raise DashboardError(self._http_message(e, path)) from None
         except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise DashboardError(
-                f"cannot reach the Ray dashboard at {self.address} ({reason}); {_ADDRESS_HINT}"
-            ) from None
+            raise DashboardError(f"cannot reach the Ray dashboard at {self.address} ({getattr(e, 'reason', e)}); "
+                                 f"{_ADDRESS_HINT}") from None
         except ValueError:
-            raise DashboardError(
-                f"{self.address}{path} did not answer JSON; is {self.address} a Ray dashboard? "
-                f"{_ADDRESS_HINT}"
-            ) from None
+            raise DashboardError(f"{self.address}{path} did not answer JSON; is {self.address} a Ray dashboard? "
+                                 f"{_ADDRESS_HINT}") from None
 
     def _http_message(self, e: urllib.error.HTTPError, path: str) -> str:
         detail = ""
@@ -158,9 +149,7 @@ class Dashboard:
         """Workers blocked in a debugger breakpoint, waiting for a client. Only
         num_paused_threads says "paused" (debugger_port stays set afterwards),
         and both fields appear only with detail=1."""
-        return self.workers(
-            detail=True, filters=[("num_paused_threads", "!=", 0), ("is_alive", "=", True)]
-        )
+        return self.workers(detail=True, filters=[("num_paused_threads", "!=", 0), ("is_alive", "=", True)])
 
     def tasks(self, detail: bool = False, filters=None, limit: int = 10000) -> list[dict]:
         return self._state("tasks", detail, filters, limit)
@@ -178,12 +167,19 @@ class Dashboard:
 
     def traceback(self, pid: int, ip: str | None = None, node_id: str | None = None, native: bool = False) -> str:
         """py-spy dump of one worker, as text (needs RAY_DASHBOARD_ENABLE_PROFILING=1 on the head)."""
-        if not ip and not node_id:
-            raise ValueError("traceback() needs ip= or node_id= to locate the worker")
-        params = [("pid", str(int(pid)))]
-        # The node id first: it names one raylet's agent, where an IP may be shared by several nodes
-        # (containers on one host, a test cluster on loopback) and the dashboard then picks any of them.
-        params.append(("node_id", node_id) if node_id else ("ip", ip))
-        if native:
-            params.append(("native", "1"))
-        return self.get("/worker/traceback", params, raw=True)
+        return self.get("/worker/traceback", _worker_params(pid, ip, node_id, native), raw=True)
+
+    def cpu_profile(self, pid: int, ip: str | None, node_id: str | None, seconds: float, native: bool = False) -> str:
+        """py-spy recording of one worker for `seconds`, in collapsed-stack text (profiling routes on)."""
+        params = _worker_params(pid, ip, node_id, native) + [("duration", str(max(1, round(seconds)))),
+                                                             ("format", "raw")]
+        return self.get("/worker/cpu_profile", params, raw=True)
+
+
+def _worker_params(pid: int, ip: str | None, node_id: str | None, native: bool) -> list[tuple[str, str]]:
+    if not ip and not node_id:
+        raise ValueError("a worker is located by ip= or node_id=")
+    # The node id first: it names one raylet's agent, where an IP may be shared by several nodes
+    # (containers on one host, a test cluster on loopback) and the dashboard then picks any of them.
+    where = ("node_id", node_id) if node_id else ("ip", ip)
+    return [("pid", str(int(pid))), where] + ([("native", "1")] if native else [])

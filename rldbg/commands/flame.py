@@ -33,11 +33,7 @@ def _collapsed(t, dash, args) -> str:
             path = pyspy.record(t.pid, args.seconds, os.path.join(tmp, "raw.txt"), args.rate, args.idle, args.native)
             with open(path, encoding="utf-8") as f:
                 return f.read()
-    params = [("pid", str(t.pid)), ("node_id", t.node_id) if t.node_id else ("ip", t.ip),
-              ("duration", str(max(1, round(args.seconds)))), ("format", "raw")]
-    if args.native:
-        params.append(("native", "1"))
-    return dash.get("/worker/cpu_profile", params, raw=True)
+    return dash.cpu_profile(t.pid, t.ip, t.node_id, args.seconds, args.native)
 
 
 def run(args) -> int:

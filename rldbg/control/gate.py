@@ -41,19 +41,13 @@ class DriverGate:
     def before_dispatch(self, call, shards=None) -> bool:
         self.calls_seen += 1
         self._point = ("before_dispatch", call, shards)
-        if self.armed:
-            self._pause()
-            return True
-        return False
+        return self.armed and self._pause()
 
     def after_collect(self, call, result_summary=None) -> bool:
         self.calls_done += 1
         self._point = ("after_collect", call, None)
         self._result = (call, result_summary)
-        if self.armed:
-            self._pause()
-            return True
-        return False
+        return self.armed and self._pause()
 
     # ---- slow path ---------------------------------------------------------------------
     def _report(self) -> dict:
@@ -68,7 +62,8 @@ class DriverGate:
         if v != self.specs[0]:
             self.specs = (v, list(reply.get("specs") or []))
 
-    def _pause(self) -> None:
+    def _pause(self) -> bool:
+        """Park at the newest pause point until the hub lets the driver go, or is gone; True."""
         import ray
 
         self.pauses += 1
@@ -78,22 +73,22 @@ class DriverGate:
         while self.hub_alive:
             if self.released:
                 self._give_up(self.released)
-                return
+                break
             try:
                 reply = ray.get(self.hub.wait_turn.remote(call, report, 1.0), timeout=self.poll_s + 5.0)
             except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
                 if time.monotonic() - quiet_since > self.timeout_s:
                     self._give_up(f"hub silent for {self.timeout_s:g} s")
-                    return
                 continue
             except Exception as e:   # RayActorError and friends: the hub is gone
                 self._give_up(f"hub gone ({type(e).__name__})")
-                return
+                break
             quiet_since = time.monotonic()
             self._apply(reply)
             if reply.get("go"):
-                return
+                break
             report = None   # sent once; the next asks only re-park
+        return True
 
     def refresh(self, timeout_s: float = 10.0) -> None:
         """Learn armed + specs from the hub now (a gate installed mid-run must not let its first

@@ -160,10 +160,9 @@ def _str(body: dict, key: str) -> str:
 
 
 def _breakpoints(hub, body: dict) -> list[str]:
-    if "add" in body:
-        return hub.add_breakpoint(_str(body, "add"))
-    if "remove" in body:
-        return hub.remove_breakpoint(_str(body, "remove"))
+    for key in ("add", "remove"):
+        if key in body:
+            return hub.breakpoints(**{key: _str(body, key)})
     if not body:
-        return [s.text for s in hub.specs.list()]
+        return hub.breakpoints()
     raise ValueError(f"expected {{\"add\": spec}} or {{\"remove\": spec}}, got keys {sorted(body)}")

@@ -21,7 +21,7 @@ import re
 import threading
 import time
 
-from rldbg.debug.specs import SpecSet, parse
+from rldbg.debug.specs import SpecSet
 
 NAMESPACE = "rldbg"
 NAME_PREFIX = "rldbg-hub-"
@@ -45,8 +45,6 @@ def find_hub():
 class ControlHub:
     def __init__(self, job_id: str, token: str, host: str = "127.0.0.1", port: int = 0,
                  gate_timeout_s: float = 30.0):
-        if gate_timeout_s <= 0:
-            raise ValueError(f"gate_timeout_s={gate_timeout_s!r} must be > 0")
         from rldbg.control.http_api import serve
 
         self.job_id = job_id
@@ -143,7 +141,7 @@ class ControlHub:
 
     def _gate_reply(self) -> dict:
         return {"armed": self.armed, "specs_version": self.specs.version,
-                "specs": [s.text for s in self.specs.list()]}
+                "specs": self.specs.texts()}
 
     # ---- TUI side (HTTP handlers call these) -------------------------------------------
     def heartbeat(self, client: str = "?") -> dict:
@@ -203,14 +201,13 @@ class ControlHub:
                     "disarm_reason": self.disarm_reason,
                     "heartbeat_age_s": (time.time() - self.last_beat) if self.last_beat else None}
 
-    def add_breakpoint(self, text: str) -> list[str]:
-        parse(text)   # raises SpecError (one line) for a bad spec
-        self.specs.add(text)
-        return [s.text for s in self.specs.list()]
-
-    def remove_breakpoint(self, text: str) -> list[str]:
-        self.specs.remove(text)
-        return [s.text for s in self.specs.list()]
+    def breakpoints(self, add: str | None = None, remove: str | None = None) -> list[str]:
+        """Add or remove one spec (SpecError, one line, for a bad one); returns the specs now."""
+        if add is not None:
+            self.specs.add(add)
+        if remove is not None:
+            self.specs.remove(remove)
+        return self.specs.texts()
 
     # ---- breakpoint hits reported by workers (control.notify) --------------------------
     def breakpoint_hit(self, entry: dict) -> None:
@@ -257,7 +254,7 @@ class ControlHub:
             return {"job_id": self.job_id, "step": self.step,
                     "trace": {"enabled": cfg is not None, "path": (cfg or {}).get("trace_path")},
                     "gate": self.gate_state(), "calls_done": self.calls_done,
-                    "breakpoints": {"specs": [s.text for s in self.specs.list()],
+                    "breakpoints": {"specs": self.specs.texts(),
                                     "paused": list(self.paused.values()), "hits": list(self.hits)[-20:]},
                     "stats": {"trace": cstats, "driver": self.driver.get("stats", {}),
                               "hub": {"uptime_s": time.time() - self.started, "url": self.url,

@@ -218,6 +218,9 @@ class SpecSet:
         with self._lock:
             return list(self._specs.values())
 
+    def texts(self) -> list[str]:
+        return [s.text for s in self.list()]
+
     def __len__(self) -> int:
         return len(self._specs)
 
