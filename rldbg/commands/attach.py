@@ -71,22 +71,6 @@ def find_listening(role: str, rank: int | None, ray_address=None, dashboard=None
     raise ValueError(f"{len(found)} {role} workers listen; pick one with --rank: {listing}")
 
 
-def attach_with_breaks(worker, parsed, local_root=None, timeout: float = 10.0, out=print):
-    """Attach to a listening worker and set the breakpoints `parsed` ((path, line, condition), lines
-    already checked), paths translated to the worker's view; returns (client, session) ready for
-    session.start(already_attached=True)."""
-    client = DAPClient(worker.host, worker.port, timeout=timeout)
-    client.attach()
-    session = Session(client, out=out)
-    for path, line, cond in parsed:
-        local = os.path.abspath(path) if os.path.exists(path) or not worker.cwd else None
-        remote = worker.to_remote(local, local_root) if local else os.path.join(worker.cwd, path)
-        answer = session.add_breakpoint(remote, line, cond, source=path if local else None)
-        state = "set" if answer.get("verified") else f"pending ({answer.get('message') or 'not verified yet'})"
-        out(f"breakpoint {remote}:{answer.get('line', line)}" + (f" if {cond}" if cond else "") + f": {state}")
-    return client, session
-
-
 def _run_listening(args) -> int:
     try:
         parsed = [parse_break(b) for b in args.breaks]
@@ -95,11 +79,18 @@ def _run_listening(args) -> int:
         worker = find_listening(args.role, args.rank, args.ray_address, args.address)
     except ValueError as e:
         return _fail(str(e))
+    # stop_timeout None: wait for the hit as long as it takes
+    session = Session(DAPClient(worker.host, worker.port, timeout=10.0), stop_timeout=args.timeout)
     try:
-        client, session = attach_with_breaks(worker, parsed, args.local_root)
+        session.client.attach()
+        for path, line, cond in parsed:   # paths as the worker sees them
+            local = os.path.abspath(path) if os.path.exists(path) or not worker.cwd else None
+            remote = worker.to_remote(local, args.local_root) if local else os.path.join(worker.cwd, path)
+            answer = session.add_breakpoint(remote, line, cond, source=path if local else None)
+            state = "set" if answer.get("verified") else f"pending ({answer.get('message') or 'not verified yet'})"
+            print(f"breakpoint {remote}:{answer.get('line', line)}" + (f" if {cond}" if cond else "") + f": {state}")
     except DAPError as e:
         return _fail(f"{worker.label} at {worker.address}: {e}")
-    session.stop_timeout = args.timeout  # None: wait for the hit as long as it takes
     what = "the breakpoint" if parsed else "a stop (set one with `b FILE:LINE` from VS Code or pause)"
     print(f"attached to {worker.label} (pid {worker.pid}) at {worker.address}; waiting for {what} "
           "(Ctrl-C detaches; the worker keeps running)")

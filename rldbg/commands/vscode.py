@@ -91,9 +91,8 @@ def update_launch(path: Path, entries: list[dict], compound: dict | None = None,
     return data
 
 
-def write_listening(path: Path, role: str, ranks=None, ray_address=None, dashboard=None):
-    """launch.json entries + a compound for every listening worker of `role`;
-    returns the workers written (RegistryError / ValueError on failure)."""
+def _listening_entries(role: str, ranks, ray_address, dashboard) -> tuple[list, dict, list[str]]:
+    """(entries, their compound, a line per worker) for every listening worker of `role`."""
     workers = listening_workers(ray_address, role=role, ranks=ranks, dashboard=dashboard)
     if not workers:
         which = "" if ranks is None else f" at ranks {sorted(ranks)}"
@@ -102,43 +101,31 @@ def write_listening(path: Path, role: str, ranks=None, ray_address=None, dashboa
     entries = [attach_entry(f"rldbg: {role} rank {w.rank}", w.host, w.port, w.cwd, w.purelib) for w in workers]
     compound = {"name": compound_name(role, ranks), "configurations": [e["name"] for e in entries],
                 "stopAll": False}
-    update_launch(path, entries, compound, role=role)
-    return workers
-
-
-def _run_listening(args) -> int:
-    path = Path(args.output)
-    try:
-        ranks = parse_ranks(args.ranks, "--ranks")
-        workers = write_listening(path, args.attach_role, ranks, args.ray_address, args.address)
-    except (ValueError, OSError) as e:
-        print(f"rldbg vscode: {e}", file=sys.stderr)
-        return 1
-    for w in workers:
-        print(f"rldbg: {args.attach_role} rank {w.rank} -> {w.address} (pid {w.pid})")
-    print(f"wrote {path}; in VS Code run '{compound_name(args.attach_role, ranks)}' to attach to all of them "
-          "(debugpy has no authentication: keep these ports on loopback)")
-    return 0
+    return entries, compound, [f"rldbg: {role} rank {w.rank} -> {w.address} (pid {w.pid})" for w in workers]
 
 
 def run(args) -> int:
-    if args.attach_role:
-        return _run_listening(args)
-    if args.ranks:
+    if args.ranks and not args.attach_role:
         print("rldbg vscode: --ranks needs --attach-role ROLE", file=sys.stderr)
         return 2
-    paused = list_paused(cli_dashboard(args.address, "rldbg vscode"))
-    if not paused:
-        print("rldbg vscode: no paused workers; nothing written", file=sys.stderr)
-        return 1
     path = Path(args.output)
     try:
-        update_launch(path, [attach_entry(f"rldbg: {p.label}", p.host, p.port, p.cwd) for p in paused])
+        if args.attach_role:
+            ranks = parse_ranks(args.ranks, "--ranks")
+            entries, compound, shown = _listening_entries(args.attach_role, ranks, args.ray_address, args.address)
+            how = f"run '{compound['name']}' to attach to all of them"
+        else:
+            paused = list_paused(cli_dashboard(args.address, "rldbg vscode"))
+            if not paused:
+                print("rldbg vscode: no paused workers; nothing written", file=sys.stderr)
+                return 1
+            entries = [attach_entry(f"rldbg: {p.label}", p.host, p.port, p.cwd) for p in paused]
+            compound, how = None, "pick the entry under Run and Debug"
+            shown = [f"rldbg: {p.label} -> {p.address}" for p in paused]
+        update_launch(path, entries, compound, role=args.attach_role)
     except (ValueError, OSError) as e:
         print(f"rldbg vscode: {e}", file=sys.stderr)
         return 1
-    for p in paused:
-        print(f"rldbg: {p.label} -> {p.address}")
-    print(f"wrote {path}; in VS Code pick the entry under Run and Debug (debugpy has no authentication: "
-          "keep these ports on loopback)")
+    print("\n".join(shown))
+    print(f"wrote {path}; in VS Code {how} (debugpy has no authentication: keep these ports on loopback)")
     return 0

@@ -46,31 +46,20 @@ class DAPClient:
         self._reader.start()
         return self
 
-    def attach(self, exception_filters=("uncaught",), breakpoints: dict | None = None,
-               skip_ray: bool = True) -> dict:
+    def attach(self, exception_filters=("uncaught",), breakpoints: dict | None = None) -> dict:
         """Connect (if needed) and run the attach handshake. `breakpoints` maps a
-        source path to a list of lines (or {line, condition} dicts). skip_ray:
-        stepping does not enter Ray's own modules (actor methods called via self go
-        through Ray's tracing wrapper). Returns the initialize capabilities."""
+        source path to a list of lines (or {line, condition} dicts). Returns the
+        initialize capabilities."""
         if self._sock is None:
             self.connect()
-        caps = self.request(
-            "initialize",
-            {
-                "clientID": "rldbg",
-                "adapterID": "debugpy",
-                "pathFormat": "path",
-                "linesStartAt1": True,
-                "columnsStartAt1": True,
-                "supportsRunInTerminalRequest": False,
-            },
-        )
-        # justMyCode must be off: with it on, a stop inside library-looking code
-        # (site-packages, Ray workers) is never reported.
-        args = {"justMyCode": False, "subProcess": False}
-        if skip_ray:
-            args["rules"] = [{"module": "ray", "include": False}]
-        attach_seq = self.send_request("attach", args)
+        caps = self.request("initialize", {"clientID": "rldbg", "adapterID": "debugpy", "pathFormat": "path",
+                                           "linesStartAt1": True, "columnsStartAt1": True,
+                                           "supportsRunInTerminalRequest": False})
+        # justMyCode must be off: with it on, a stop inside library-looking code (site-packages, Ray
+        # workers) is never reported. Stepping skips Ray's own modules (actor methods called via
+        # self go through Ray's tracing wrapper).
+        attach_seq = self.send_request("attach", {"justMyCode": False, "subProcess": False,
+                                                  "rules": [{"module": "ray", "include": False}]})
         self.wait_event("initialized", self.timeout, context="after attach")
         for path, lines in (breakpoints or {}).items():
             self.set_breakpoints(path, lines)
@@ -165,10 +154,8 @@ class DAPClient:
             seq = self._seq
         with self._pending_lock:
             self._pending[seq] = queue.Queue()
-        msg = {"seq": seq, "type": "request", "command": command}
-        if arguments is not None:
-            msg["arguments"] = arguments
-        self._send(msg)
+        self._send({"seq": seq, "type": "request", "command": command,
+                    **({"arguments": arguments} if arguments is not None else {})})
         return seq
 
     def response(self, seq: int, command: str, timeout: float | None = None) -> dict:
@@ -226,14 +213,11 @@ class DAPClient:
         return body
 
     # --- inspection ------------------------------------------------------
-    def set_breakpoints(self, path: str, lines, condition: str | None = None) -> list[dict]:
-        """Replace the breakpoints of one file. `lines`: ints, or dicts {line, condition};
-        `condition` applies to the plain ints. An empty list clears the file."""
-        bps = []
-        for n in lines:
-            item = dict(n) if isinstance(n, dict) else {"line": int(n)}
-            cond = item.get("condition", condition)
-            bps.append({"line": int(item["line"]), **({"condition": cond} if cond else {})})
+    def set_breakpoints(self, path: str, lines) -> list[dict]:
+        """Replace the breakpoints of one file. `lines`: ints, or dicts {line, condition}. An empty
+        list clears the file."""
+        bps = [{"line": int(n["line"]), **({"condition": n["condition"]} if n.get("condition") else {})}
+               if isinstance(n, dict) else {"line": int(n)} for n in lines]
         body = self.request("setBreakpoints", {"source": {"path": str(path)}, "breakpoints": bps})
         return body.get("breakpoints", [])
 
@@ -248,10 +232,8 @@ class DAPClient:
         return self.request("variables", {"variablesReference": reference}).get("variables", [])
 
     def evaluate(self, expression: str, frame_id: int | None = None, context: str = "repl") -> dict:
-        args = {"expression": expression, "context": context}
-        if frame_id is not None:
-            args["frameId"] = frame_id
-        return self.request("evaluate", args)
+        frame = {"frameId": frame_id} if frame_id is not None else {}
+        return self.request("evaluate", {"expression": expression, "context": context, **frame})
 
     def _thread(self, thread_id: int | None) -> int:
         tid = thread_id if thread_id is not None else self.stopped_thread

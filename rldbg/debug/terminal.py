@@ -97,10 +97,6 @@ class Session:
     def frame(self) -> dict | None:
         return self.frames[self.index] if self.frames else None
 
-    def _load_stack(self) -> None:
-        self.frames = self.client.stack_trace()
-        self.index = 0
-
     def _after_resume(self, timeout: float | None) -> None:
         try:
             self.last_stop = self.client.wait_stopped(timeout if timeout is not None else 10 ** 9)
@@ -112,7 +108,7 @@ class Session:
                 self.client.disconnect()
             self.active = False
             return
-        self._load_stack()
+        self.frames, self.index = self.client.stack_trace(), 0
         reason = self.last_stop.get("reason", "stopped")
         text = self.last_stop.get("text") or self.last_stop.get("description")
         self.out(f"stopped: {reason}" + (f" ({text})" if text and text != reason else ""))
