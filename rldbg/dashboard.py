@@ -1,10 +1,5 @@
-"""A small REST client for the Ray dashboard (stdlib urllib only).
-
-Works from any process, with or without Ray imported: the CLI, the TUI and the
-tests find paused workers, actors and node memory through it. Ray 2.60 turns on
-token auth for local clusters, so every request carries the bearer token from
-RAY_AUTH_TOKEN or ~/.ray/auth_token when one exists.
-"""
+"""A small REST client for the Ray dashboard (stdlib urllib only), for any process, with or
+without Ray imported. Every request carries the cluster's token when there is one (ray_auth)."""
 from __future__ import annotations
 
 import json

@@ -1,13 +1,10 @@
-"""Live control of a run: the hub actor (HTTP API for `rldbg top`) and the driver's step gate.
+"""Live control of a run: start() (after ray.init()) the hub actor behind `rldbg top` and the
+driver's step gate, which the seam calls at every worker-group call; stop(); release(why) from a
+signal handler lets a parked gate go.
 
-    import rldbg.control
-    info = rldbg.control.start()          # after ray.init(); {"url", "token", "job_id", "file"}
-    ... train (the seam calls rldbg.control.gate.before_dispatch / after_collect) ...
-    rldbg.control.stop()                  # rldbg.control.release(why) from a signal handler: a parked gate lets go
-
-Security: the API listens on 127.0.0.1 by default and requires the per-run bearer token
-(random, written to ~/.rldbg/hub-<job_id>-<driver pid>.json with mode 0600, see discovery.py). Pass host="0.0.0.0" only on a
-trusted network: anyone with the token can pause the run and export its trace.
+Security: the API listens on 127.0.0.1 by default and requires the per-run bearer token (random,
+in the 0600 hub file, see discovery.py). Pass host="0.0.0.0" only on a trusted network: anyone
+with the token can pause the run and export its trace.
 """
 from __future__ import annotations
 

@@ -7,11 +7,7 @@ job is 01000000), so a run is named `<job_id>-<driver pid>` and hubs are matched
 The dashboard lists hub actors (class ControlHub, repr "rldbg-hub <url> job=<job_id>") but never
 the token.
 
-Which dashboard a CLI command talks to (resolve_dashboard): --address / RAY_DASHBOARD_ADDRESS / an
-http RAY_ADDRESS, else the dashboard recorded in the hub file of a live run on this machine (the
-one --job names, or the only one), else the newest Ray session's dashboard on this machine, else
-http://127.0.0.1:8265. It returns where the answer came from so commands can say which cluster
-they look at.
+Which dashboard a CLI command talks to: resolve_dashboard.
 """
 from __future__ import annotations
 
@@ -138,8 +134,11 @@ def own_dashboard() -> str | None:
 
 
 def resolve_dashboard(address: str | None = None, job: str | None = None) -> tuple[str, str]:
-    """(dashboard URL, where it came from). Raises RunChoiceError when several live runs on this
-    machine use different dashboards and neither `address` nor `job` picks one."""
+    """(dashboard URL, where it came from, so commands can say which cluster they look at):
+    --address / RAY_DASHBOARD_ADDRESS / an http RAY_ADDRESS, else the dashboard in the hub file of
+    a live run on this machine (the one `job` names, or the only one), else the newest Ray
+    session's, else http://127.0.0.1:8265. RunChoiceError when live runs use different dashboards
+    and nothing picks one."""
     from rldbg.dashboard import DEFAULT_ADDRESS, env_address, resolve_address
     if address:
         return resolve_address(address), "--address"

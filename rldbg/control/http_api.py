@@ -116,10 +116,7 @@ def serve(hub, host: str, port: int, token: str):
                       "/api/heartbeat": lambda b: hub.heartbeat(b.get("client", "?")),
                       "/api/export": lambda b: hub.export(b.get("path"))}
             route = routes.get(path)
-            if route is None:
-                self._run(lambda: _no_route("POST", path))
-            else:
-                self._run(lambda: route(self._body()))
+            self._run(lambda: route(self._body()) if route else _no_route("POST", path))
 
     server = _Server((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="rldbg-hub-http", daemon=True).start()

@@ -64,7 +64,8 @@ def resolve(path: str, line: int, shown: str | None = None) -> Resolved:
     where = shown or path
     if not 1 <= line <= info.n_lines:
         raise BreakLineError(f"{where}:{line} is past the end of the file ({info.n_lines} lines)")
-    fn = _innermost(info, line)
+    # functions come outer before inner: the last one holding the line is the innermost
+    fn = next((f for f in reversed(info.functions) if f.start <= line <= f.end), None)
     if fn is not None and line < fn.body and (line <= fn.sig_end or (fn.doc and fn.doc[0] <= line <= fn.doc[1])):
         first = next((n for n in fn.code_lines if n >= fn.body), None)
         if first is None:
@@ -117,22 +118,12 @@ def _idle_kind(path: str, line: int) -> str:
     return f"`{text}`" if len(text) <= 40 else "a line"
 
 
-def _innermost(info: _FileLines, line: int) -> _Function | None:
-    found = None
-    for fn in info.functions:    # outer before inner: the last match is the innermost
-        if fn.start <= line <= fn.end:
-            found = fn
-    return found
-
-
 def _read(path: str) -> _FileLines | None:
     try:
         st = os.stat(path)
     except (OSError, ValueError):
         return None
-    if not path.endswith((".py", ".pyw")):
-        return None
-    return _analyse(path, st.st_mtime_ns, st.st_size)
+    return _analyse(path, st.st_mtime_ns, st.st_size) if path.endswith((".py", ".pyw")) else None
 
 
 @functools.lru_cache(maxsize=64)

@@ -112,24 +112,18 @@ def put(entry: dict) -> None:
 def _webui_to_gcs() -> dict[str, str]:
     """{dashboard host:port -> GCS address} from the local raylets' command lines.
     On a machine shared by several clusters this picks the one a dashboard URL names."""
+    import psutil   # Ray's own way to find its local processes (ray._private.services)
+
     out = {}
-    for pid in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else []):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-        except OSError:
-            continue
+    for proc in psutil.process_iter(["cmdline"]):
         # The raylet rewrites its argv into one space-separated string: split on both.
-        words = [w for a in args for w in a.split()]
-        if not words or not words[0].endswith(b"/raylet"):
+        words = " ".join(proc.info["cmdline"] or []).split()
+        if not words or not words[0].endswith("/raylet"):
             continue
-        flags = {}
-        for w in words:
-            if w.startswith(b"--") and b"=" in w:
-                k, v = w.decode(errors="replace")[2:].split("=", 1)
-                flags.setdefault(k, v)
-        if flags.get("webui") and flags.get("gcs_address", flags.get("gcs-address")):
-            out[flags["webui"]] = flags.get("gcs_address", flags.get("gcs-address"))
+        flags = dict(w[2:].split("=", 1) for w in reversed(words) if w.startswith("--") and "=" in w)
+        gcs = flags.get("gcs_address") or flags.get("gcs-address")
+        if flags.get("webui") and gcs:
+            out[flags["webui"]] = gcs
     return out
 
 
