@@ -27,18 +27,14 @@ class RegistryError(RuntimeError):
 
 @dataclass
 class ListeningWorker:
+    """A listening worker as readers use it (its registry entry also names node, job and actor)."""
+
     role: str                # "actor" or, colocated, "actor+reward"
     rank: int
     world: int
     host: str
     port: int
     pid: int
-    node_id: str = ""
-    node_ip: str = ""
-    job_id: str = ""
-    actor_id: str | None = None
-    actor_name: str | None = None
-    worker_id: str = ""
     cwd: str | None = None
     purelib: str | None = None
     key: str = ""

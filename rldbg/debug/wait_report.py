@@ -19,11 +19,6 @@ _reported: set = set()
 _explained: set = set()
 
 
-def dashboard_address() -> str | None:
-    from rldbg.control.discovery import own_dashboard
-    return os.environ.get("RAY_DASHBOARD_ADDRESS") or own_dashboard()
-
-
 def report(group: str, method: str, flow_id: int, waited_s: float) -> list[str]:
     """Print (once per call and worker) the paused workers of `group`; returns the lines."""
     global _last_check
@@ -31,16 +26,17 @@ def report(group: str, method: str, flow_id: int, waited_s: float) -> list[str]:
     if waited_s < REPORT_AFTER_S or now - _last_check < REPORT_AFTER_S:
         return []
     _last_check = now
-    address = dashboard_address()
+    from rldbg.control.discovery import own_dashboard
+    from rldbg.dashboard import Dashboard
+    from rldbg.debug.paused_workers import list_paused
+
+    address = os.environ.get("RAY_DASHBOARD_ADDRESS") or own_dashboard()
     if address is None:
         return []
     try:
-        from rldbg.dashboard import Dashboard
-        from rldbg.debug.paused_workers import list_paused
-
         paused = list_paused(Dashboard(address, timeout=3))
-    except Exception:
-        return []  # the dashboard is optional; never disturb the run
+    except Exception:  # noqa: BLE001 - the dashboard is optional; never disturb the run
+        return []
     lines = []
     for w in paused:
         if not role_matches(group, w.role or "") or (flow_id, w.pid) in _reported:
@@ -50,23 +46,17 @@ def report(group: str, method: str, flow_id: int, waited_s: float) -> list[str]:
                      f"(debugpy {w.host}:{w.port}); attach with `rldbg attach {group}:{w.rank}` or VS Code's "
                      f"Ray Distributed Debugger")
     if waited_s >= HANG_AFTER_S and flow_id not in _explained and not lines:
+        # 'critic.update_critic has waited 60 s: critic: rank 1 waits in all_reduce ...'
         _explained.add(flow_id)
-        lines += explain_hang(address, group, method, waited_s)
+        from rldbg.profilers import hang, stacks, targets
+        try:
+            dash = Dashboard(address, timeout=5)
+            found = targets.find(dash, role=group)
+            explained = hang.explain(stacks.fetch(found, dash)) if found else []
+        except Exception:  # noqa: BLE001 - best effort: never disturb the run
+            explained = []
+        lines += [f"rldbg: {group}.{method} has waited {waited_s:.0f} s: {e} "
+                  f"(`rldbg stack --role {group}` for the stacks)" for e in explained]
     for line in lines:
         print(line, file=sys.stderr, flush=True)
     return lines
-
-
-def explain_hang(address: str, group: str, method: str, waited_s: float) -> list[str]:
-    """'rldbg: critic.update_critic has waited 60 s: critic: rank 1 waits in all_reduce ...'."""
-    try:
-        from rldbg.dashboard import Dashboard
-        from rldbg.profilers import hang, stacks, targets
-
-        dash = Dashboard(address, timeout=5)
-        found = targets.find(dash, role=group)
-        explained = hang.explain(stacks.fetch(found, dash)) if found else []
-    except Exception:
-        return []   # best effort: never disturb the run
-    return [f"rldbg: {group}.{method} has waited {waited_s:.0f} s: {e} (`rldbg stack --role {group}` for the stacks)"
-            for e in explained]
