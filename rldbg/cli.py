@@ -49,11 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     for cmd, help_text in COMMANDS.items():
         p = sub.add_parser(cmd, help=help_text, description=help_text)
         if cmd == name:
-            module = _load(cmd)
-            if module is None:
-                print(f"rldbg {cmd}: not available in this build", file=sys.stderr)
-                return 2
-            module.add_arguments(p)
+            _load(cmd).add_arguments(p)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -99,12 +95,7 @@ def _user_errors() -> tuple:
 
 
 def _load(cmd: str):
-    try:
-        return importlib.import_module(f"rldbg.commands.{cmd}")
-    except ModuleNotFoundError as e:
-        if e.name == f"rldbg.commands.{cmd}":
-            return None
-        raise
+    return importlib.import_module(f"rldbg.commands.{cmd}")
 
 
 if __name__ == "__main__":

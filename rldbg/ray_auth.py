@@ -1,11 +1,9 @@
 """Ray 2.60 token authentication, for processes that talk to an existing cluster.
 
-A cluster that `ray.init()` creates on a machine turns token auth on and writes the token to
-~/.ray/auth_token; later clusters on the machine use it too. A second process (a CLI in another
-terminal) is then refused ("InvalidAuthToken ... RAY_AUTH_MODE is currently 'disabled'") unless
-it runs with RAY_AUTH_MODE=token. `prepare_client()` sets that when a token is at hand and the
-user did not choose a mode, before anything in the process opens a Ray client. The dashboard's
-HTTP API takes the same token as a Bearer header (`token()`).
+A cluster that `ray.init()` creates turns token auth on and writes ~/.ray/auth_token. A second
+process (a CLI in another terminal) is refused ("InvalidAuthToken ... RAY_AUTH_MODE is currently
+'disabled'") unless it runs with RAY_AUTH_MODE=token, which prepare_client() sets when a token is
+at hand. The dashboard's HTTP API takes the same token as a Bearer header (token()).
 """
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""`rldbg attach`: a terminal debugger for a paused or listening worker.
-
-    rldbg attach [TARGET]                        a worker paused at a breakpoint
-    rldbg attach --role actor --rank 1 --break reference_trainer/workers/hybrid.py:172[:COND]
-                                                 a listening worker (debug mode): set the
-                                                 breakpoint, wait for the hit, then debug
-
-TARGET is HOST:PORT, ROLE:RANK (looked up in the dashboard), or nothing (the only
-paused worker). --role finds listening workers in Ray's internal KV (rldbg.debug.registry).
-debugpy has no authentication: attach only over loopback or a network you trust.
+"""`rldbg attach [TARGET]`: a terminal debugger for a worker paused at a breakpoint; `rldbg attach
+--role R [--rank N] --break FILE:LINE[:COND]`: for a listening worker (debug mode, found in Ray's
+internal KV): set the breakpoint, wait for the hit, then debug. debugpy has no authentication:
+attach only over loopback or a network you trust.
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
-"""rldbg export [--address ADDR [--collector NAME] | SPILL_DIR] -o trace.json[.gz]
+"""rldbg export: a spill goes into the run's store (trace.rldbg.db beside the output, what `rldbg
+report` reads), and the trace is exported from the store.
 
-The spill goes into the run's store first (trace.rldbg.db beside the output: what `rldbg report`
-reads), and the trace is exported from the store.
-
-A damaged spill (a torn record, garbage, a record failing its checksum, malformed events) is recovered:
-every valid batch and event is exported, and a warning on stderr names each damaged file and
-byte offset; the exit status stays 0 because the trace written holds everything recoverable.
-A damaged meta.json, or a spill in the old JSON-lines format, is a one-line error naming it (rc 2)."""
+A damaged spill (torn or failing records, malformed events) is recovered: every valid event is
+exported, a warning on stderr names each damaged file and offset, and the status stays 0. A
+damaged meta.json, or a spill in the old JSON-lines format, is a one-line error (rc 2)."""
 from __future__ import annotations
 
 import sys

@@ -1,15 +1,9 @@
-"""`rldbg vscode`: launch.json attach entries for paused or listening workers.
+"""`rldbg vscode`: launch.json attach entries for the workers paused at a breakpoint now, or with
+--attach-role ROLE for every listening worker of a role (debug mode), plus a compound
+"rldbg: ROLE (all listening ranks)" that attaches to all of them at once.
 
-    rldbg vscode                              the workers paused at a breakpoint now
-    rldbg vscode --attach-role actor [--ranks 1]
-                                              every listening worker of a role (debug mode),
-                                              one entry per worker plus a compound
-                                              "rldbg: actor (all listening ranks)" that
-                                              attaches to all of them in one go
-
-Entries are named "rldbg: ROLE rank R"; a rerun replaces them (stale ports
-go away) and keeps every other configuration. launch.json may hold comments
-(JSONC); they are read fine but not written back.
+Entries are named "rldbg: ROLE rank R"; a rerun replaces them (stale ports go away) and keeps every
+other configuration. Comments in launch.json (JSONC) are read but not written back.
 """
 from __future__ import annotations
 

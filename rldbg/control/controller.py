@@ -1,12 +1,9 @@
-"""A controller that is not the Ray driver: VeRL's TaskRunner actor (main_ppo runs
-RayPPOTrainer.fit() there), an evaluation actor, a task. The controller is wherever worker-group
-calls are made, so such a process joins its job's hub (started by the driver) and honours the
-step gate like the driver does; its call ids are its own, so the hub and the trace's flows never
-confuse its calls with another controller's.
+"""A controller that is not the Ray driver (VeRL's TaskRunner actor, an evaluation actor, a task)
+joins its job's hub and honours the step gate like the driver; its call ids are its own, so the
+hub and the trace's flows never confuse its calls with another controller's.
 
-instrument.call_begin calls due() (one global read and a clock read) while no gate is installed;
-join() looks the hub up by name, at most every RECHECK_S, in processes that are not the driver
-(the driver installs its gate when it starts the hub).
+instrument.call_begin calls due() (a global read and a clock read) while no gate is installed;
+join() looks the hub up at most every RECHECK_S, outside the driver (whose gate comes with start()).
 """
 from __future__ import annotations
 

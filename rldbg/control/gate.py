@@ -1,10 +1,5 @@
-"""Driver-side step gate: the two pause points of every worker-group call.
-
-    gate.before_dispatch(call, shards)        # after the batch is split, before it goes to ranks
-    gate.after_collect(call, result_summary)  # after the results are merged
-                                              # (both return True if they paused)
-    gate.set_step(n)                          # the trainer's step (from instrument.step)
-    gate.current_specs()                      # (version, [spec, ...]) to push to workers
+"""Driver-side step gate: the two pause points of every worker-group call, before_dispatch (after
+the batch is split, before it goes to ranks) and after_collect (after the results are merged).
 
 With no hub (rldbg.control.start() not called) each is one global read. With a hub but the gate
 disarmed each is a counter bump and an attribute store (< 1 µs): a background thread polls the

@@ -1,10 +1,9 @@
 """The control hub: one Ray actor per job holding the step gate, live breakpoint specs,
 breakpoint hits and the driver's progress, and serving them over HTTP to `rldbg top`.
 
-Named f"rldbg-hub-{job_id}" in namespace "rldbg"; its repr is f"rldbg-hub {url} job={job_id}"
-so a process without Ray finds it through the dashboard alone (/api/v0/actors repr_name).
-The HTTP API (http_api.py) listens on 127.0.0.1 by default and every request needs the per-run
-bearer token; nothing here is reachable from another machine unless `host` says so.
+Named f"rldbg-hub-{job_id}" in namespace "rldbg"; its repr (discovery.hub_repr) lets a process
+without Ray find it through the dashboard alone. The HTTP API (http_api.py) listens on 127.0.0.1
+by default and needs the per-run bearer token.
 
 Gate (pause points are BEFORE each dispatch and AFTER each collect of a worker-group call):
     off            disarmed; the driver does not even ask the hub (it polls the flag ~4x/s)

@@ -1,10 +1,8 @@
 """Why a Ray actor died, in a few words, from the RayActorError Ray raises to its callers.
 
-Ray's message is a paragraph (class, actor id, pid, ip, exit type, exit detail and generic advice
-that always mentions the OOM killer); users need the cause Ray actually observed. What Ray can tell:
-a SIGTERM, an exit code, its own memory monitor's kill, a lost node, an exception in __init__, or
-that the process vanished without exiting (SIGKILL, the kernel OOM killer and a segfault look the
-same to it: the connection just ends).
+Ray's message is a paragraph whose generic advice always mentions the OOM killer; users need the
+cause Ray observed: a SIGTERM, an exit code, its memory monitor's kill, a lost node, an exception in
+__init__, or a process that vanished (SIGKILL, the kernel OOM killer and a segfault look alike).
 
 A call to an actor whose process or node just went away often fails first with "unavailable" (no
 cause yet): settle() waits for Ray's verdict. A surviving rank's collective can fail before Ray

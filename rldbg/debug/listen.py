@@ -9,7 +9,7 @@ chosen worker opens debugpy on 127.0.0.1:<free port> without waiting (pydevd's t
 until a client adds a breakpoint: trace_when_needed), registers the port with Ray (debugger_port)
 and in Ray's internal KV (registry.py), where `rldbg attach --role` and `rldbg vscode
 --attach-role` find it. RLDBG_RANK / RLDBG_ROLE are builtins there, for conditional breakpoints
-such as `RLDBG_RANK == 1`; every debugger stop is reported like an rldbg breakpoint (_on_suspend).
+such as `RLDBG_RANK == 1`; every debugger stop is reported like an rldbg breakpoint (install_pause_hook).
 
 Security: debugpy has no authentication; anyone who reaches the port runs code in the
 worker. The listener binds 127.0.0.1 unless RLDBG_DEBUG_ALLOW_REMOTE=1 (debugpy_port.py).
@@ -141,44 +141,30 @@ def install_pause_hook() -> bool:
         return False
 
     def do_wait_suspend(self, thread, frame, event, arg, *args, **kwargs):
-        token = _on_suspend(thread, frame)
+        from rldbg.debug import breakpoints as bp
+        from rldbg.debug.debugpy_port import ray_worker
+
+        reason = _BREAK_REASONS.get(getattr(thread, "stop_reason", None))
+        entry = bp.record_external_stop(frame, f"dap {reason}", thread.ident) if reason and frame else None
+        pause = None
+        try:
+            worker = ray_worker()
+            if worker is not None:   # Ray counts the thread as paused while this is held
+                pause = worker.worker_paused_by_debugger()
+                pause.__enter__()
+        except Exception:  # noqa: BLE001 - reporting must never break the debugger
+            pause = None
         try:
             return current(self, thread, frame, event, arg, *args, **kwargs)
         finally:
-            _on_resume(token)
+            try:
+                if pause is not None:
+                    pause.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001
+                pass
+            if entry is not None:
+                bp.release_stop(entry)
 
     do_wait_suspend._rldbg = True
     pydevd.PyDB.do_wait_suspend = do_wait_suspend
     return True
-
-
-def _on_suspend(thread, frame):
-    from rldbg.debug import breakpoints as bp
-
-    reason = _BREAK_REASONS.get(getattr(thread, "stop_reason", None))
-    entry = None
-    if reason is not None and frame is not None:
-        entry = bp.record_external_stop(frame, f"dap {reason}", thread.ident)
-    pause = None
-    try:
-        from rldbg.debug.debugpy_port import ray_worker
-        worker = ray_worker()
-        if worker is not None:
-            pause = worker.worker_paused_by_debugger()
-            pause.__enter__()
-    except Exception:  # noqa: BLE001 - reporting must never break the debugger
-        pause = None
-    return entry, pause
-
-
-def _on_resume(token) -> None:
-    from rldbg.debug import breakpoints as bp
-
-    entry, pause = token
-    if pause is not None:
-        try:
-            pause.__exit__(None, None, None)
-        except Exception:  # noqa: BLE001
-            pass
-    if entry is not None:
-        bp.release_stop(entry)
