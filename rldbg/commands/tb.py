@@ -28,15 +28,11 @@ def _default_logdir() -> str:
 
 def run(args) -> int:
     logdir = args.logdir or _default_logdir()
-    try:
-        traces, scalars = tb.check_logdir(logdir)
-    except tb.TensorBoardError as e:
-        print(f"rldbg tb: {e}", file=sys.stderr)
-        return 1
     # SIGTERM (kill, timeout, a test's terminate()) must take TensorBoard down too, not orphan it.
     signal.signal(signal.SIGTERM, _interrupt)
     proc = None
     try:
+        traces, scalars = tb.check_logdir(logdir)
         proc, base = tb.start(logdir, args.port)
         tb.wait_ready(proc, base)
         if traces:

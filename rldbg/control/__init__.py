@@ -74,7 +74,7 @@ def stop() -> None:
         return
     import ray
 
-    from rldbg.control.discovery import remove_hub_file
+    from rldbg.control.discovery import hub_file
 
     gate.install(None)
     hub, job = _session["hub"], _session["job_id"]
@@ -94,7 +94,7 @@ def stop() -> None:
     except Exception:
         pass
     finally:
-        remove_hub_file(job, _session.get("pid"))
+        hub_file(job, _session.get("pid")).unlink(missing_ok=True)
         _session.clear()
 
 

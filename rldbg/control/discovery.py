@@ -58,13 +58,6 @@ def write_hub_file(info: dict) -> Path:
     return path
 
 
-def remove_hub_file(job_id: str, pid: int | None = None) -> None:
-    try:
-        hub_file(job_id, pid).unlink()
-    except FileNotFoundError:
-        pass
-
-
 def _alive(info: dict) -> bool:
     """False only when the driver is known dead: same host and no such pid."""
     if info.get("host") not in (None, socket.gethostname()) or not info.get("pid"):

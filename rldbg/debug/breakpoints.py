@@ -53,31 +53,21 @@ def _user_frame(frame):
 def _filter_ok(want, have) -> bool:
     if want is None:
         return True
-    if isinstance(want, (list, tuple, set, frozenset, range)):
-        return have in want
-    return have == want
-
-
-def _role_ok(want, have: str) -> bool:
-    return want is None or any(role_matches(w, have or "") for w in ([want] if isinstance(want, str) else want))
-
-
-def should_pause(role=None, rank=None, step=None, when=None) -> bool:
-    ctx = current()
-    if not (_role_ok(role, ctx.role) and _filter_ok(rank, ctx.rank) and _filter_ok(step, ctx.step)):
-        return False
-    if callable(when):
-        return bool(when())
-    return True if when is None else bool(when)
+    return have in want if isinstance(want, (list, tuple, set, frozenset, range)) else have == want
 
 
 def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001
     """Pause here when the current rldbg context matches every given filter.
     role: a name or list; rank/step: an int or a collection; when: bool or callable."""
-    if not should_pause(role, rank, step, when):
+    ctx = current()
+    roles = [role] if isinstance(role, str) else role
+    if roles is not None and not any(role_matches(r, ctx.role or "") for r in roles):
         return
-    frame = _user_frame(sys._getframe(1))
-    _pause(frame, reason="breakpoint")
+    if not (_filter_ok(rank, ctx.rank) and _filter_ok(step, ctx.step)):
+        return
+    if not (when is None or (when() if callable(when) else when)):
+        return
+    _pause(_user_frame(sys._getframe(1)), reason="breakpoint")
 
 
 def _hold(frame, reason: str, **extra) -> dict:
