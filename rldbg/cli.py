@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # What `rldbg --help` opens with: what the tool is for, then where a new user starts.
@@ -49,21 +50,23 @@ def main(argv: list[str] | None = None) -> int:
     for cmd, help_text in COMMANDS.items():
         p = sub.add_parser(cmd, help=help_text, description=help_text)
         if cmd == name:
-            _load(cmd).add_arguments(p)
+            importlib.import_module(f"rldbg.commands.{cmd}").add_arguments(p)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
     from rldbg.ray_auth import prepare_client
     prepare_client()   # a second terminal on a token-auth cluster: before any Ray client opens
-    module = _load(args.command)
+    module = importlib.import_module(f"rldbg.commands.{args.command}")
     try:
         rc = int(module.run(args) or 0)
         sys.stdout.flush()   # a closed pipe shows up here, inside the handler, not at exit
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return _reader_left()
+        # `rldbg report T | head`: the reader left; end quietly as other tools do (128 + SIGPIPE).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as e:
         if not isinstance(e, _user_errors()):
             raise
@@ -74,17 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         # them one by one at interpreter exit took longer than the analysis (2.4 s of 8.4 s on
         # 1M events). Nothing is left to run: output is flushed, no atexit work is pending.
         # Only as a process of its own (argv None): a caller in-process keeps its interpreter.
-        import os
         sys.stderr.flush()
         os._exit(rc)
     return rc
-
-
-def _reader_left() -> int:
-    """`rldbg report T | head`: the reader left; end quietly as other tools do (128 + SIGPIPE)."""
-    import os
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 141
 
 
 def _user_errors() -> tuple:
@@ -92,10 +87,6 @@ def _user_errors() -> tuple:
     from rldbg.debug.paused_workers import TargetError
     from rldbg.debug.registry import RegistryError
     return DashboardError, RegistryError, TargetError
-
-
-def _load(cmd: str):
-    return importlib.import_module(f"rldbg.commands.{cmd}")
 
 
 if __name__ == "__main__":

@@ -142,9 +142,7 @@ def _int(q: dict, key: str, default: int) -> int:
 
 def _opt_int(body: dict, key: str):
     v = body.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
         raise ValueError(f"{key}={v!r} must be an integer")
     return v
 

@@ -5,10 +5,9 @@ post-mortem pauses, all over Ray's debugpy integration.
     rldbg.breakpoint(role="critic", step=3)  pause the critic at step 3
     rldbg.breakpoint(when=lambda: loss > 10) a callable or a bool
 
-Each pause opens (once per worker) a debugpy listener, shows up in
-`rldbg breakpoints`, the dashboard and VS Code's Ray Distributed Debugger, and
-waits for a client. The stop is reported in the caller's frame, at the line after
-the call (like pdb's breakpoint()). Plain `breakpoint()` keeps Ray's behaviour.
+Each pause opens (once per worker) a debugpy listener, shows up in `rldbg breakpoints`, the
+dashboard and VS Code's Ray Distributed Debugger, and waits for a client; the stop is reported in
+the caller's frame. Plain `breakpoint()` keeps Ray's behaviour.
 """
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""A Debug Adapter Protocol client over TCP, for debugpy listeners in Ray workers.
+"""A Debug Adapter Protocol client over TCP, for debugpy listeners in Ray workers (`rldbg attach`).
 
-Used by `rldbg attach` and by the tests. The attach order matters with debugpy
-(verified): initialize -> attach -> wait for the `initialized` EVENT -> breakpoints
--> configurationDone -> only then does the attach RESPONSE arrive. Waiting for the
-attach response before configurationDone deadlocks, so attach() sends the request
-and collects its response last.
-
-Security: debugpy has no authentication. Whoever reaches the port runs arbitrary
-code in the worker, which is why rldbg keeps listeners on 127.0.0.1 by default.
+The attach order matters with debugpy: initialize -> attach -> wait for the `initialized` EVENT ->
+breakpoints -> configurationDone -> only then does the attach RESPONSE arrive. Waiting for that
+response before configurationDone deadlocks, so attach() collects it last.
 """
 from __future__ import annotations
 

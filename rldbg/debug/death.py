@@ -53,12 +53,10 @@ SETTLE_S = 60.0
 
 
 def settle(err: BaseException, timeout: float | None = None, poll: float = 0.25) -> BaseException:
-    """Ray's verdict on an actor it could only call unavailable. A call to an actor whose process or
-    node just went away fails at once with ActorUnavailableError ("connection refused", no cause);
-    Ray declares the actor dead, with the cause it observed (its node died, a signal, an exit code),
-    only later: for a lost node once the GCS's health checks give up on the node (seconds). Returns
-    the ActorDiedError that Ray settles on within `timeout` s (default SETTLE_S), else `err` itself.
-    Only waits on that one error type, in a process connected to Ray."""
+    """Ray's verdict on an actor it could only call unavailable (ActorUnavailableError, no cause):
+    Ray declares it dead, with the cause it observed, only later (a lost node: once the GCS's health
+    checks give up, seconds). The ActorDiedError Ray settles on within `timeout` s (default
+    SETTLE_S), else `err` itself; only that error type is waited on, with Ray connected."""
     import time
 
     try:

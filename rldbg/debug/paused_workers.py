@@ -1,9 +1,6 @@
-"""Paused workers as users name them: role, rank, method, debugpy address.
-
-The dashboard knows a paused worker only by pid/port (num_paused_threads != 0);
-its running task gives the method ("<actor repr>.<method>"), and the identity the
-worker published through rldbg.instrument.set_worker_identity (rldbg.debug.registry)
-gives role(s) and rank, whatever the trainer's actor repr looks like.
+"""Paused workers as users name them: role, rank, method, debugpy address. The dashboard knows a
+paused worker by pid/port (num_paused_threads != 0); its running task gives the method, and the
+identity it published (registry.py) gives role(s) and rank, whatever the trainer's actor repr.
 """
 from __future__ import annotations
 

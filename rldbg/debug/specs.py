@@ -195,8 +195,8 @@ class SpecSet:
         for s in specs:
             self.add(s)
 
-    def add(self, spec, known_roles=None, known_methods=None) -> Spec:
-        spec = spec if isinstance(spec, Spec) else parse(spec, known_roles, known_methods)
+    def add(self, spec) -> Spec:
+        spec = spec if isinstance(spec, Spec) else parse(spec)
         with self._lock:
             self._specs[spec.text] = spec
             self.version += 1
@@ -225,10 +225,7 @@ class SpecSet:
         return len(self._specs)
 
     def match(self, role: str, rank: int, step: int | None, method: str | None) -> Spec | None:
-        for spec in self.list():
-            if matches(spec, role, rank, step, method):
-                return spec
-        return None
+        return next((spec for spec in self.list() if matches(spec, role, rank, step, method)), None)
 
     @classmethod
     def from_env(cls, environ=None) -> "SpecSet":
