@@ -109,28 +109,20 @@ class Dashboard:
         # No token: 401. A wrong token: 403 "Invalid authentication token".
         if e.code == 401 or (e.code == 403 and "authentication token" in detail.lower()):
             source = "the token sent was rejected" if self.token else "no token found"
-            return (
-                f"the Ray dashboard at {self.address} requires a token ({source}); set "
-                "RAY_AUTH_TOKEN or check ~/.ray/auth_token on this machine"
-            )
+            return (f"the Ray dashboard at {self.address} requires a token ({source}); set "
+                    "RAY_AUTH_TOKEN or check ~/.ray/auth_token on this machine")
         if e.code == 403 and path.startswith(("/worker/", "/memory_profile")):
-            return (
-                f"the Ray dashboard at {self.address} refuses profiling routes; start the head "
-                "with RAY_DASHBOARD_ENABLE_PROFILING=1 (e.g. RAY_DASHBOARD_ENABLE_PROFILING=1 "
-                "ray start --head ...)"
-            )
+            return (f"the Ray dashboard at {self.address} refuses profiling routes; start the head "
+                    "with RAY_DASHBOARD_ENABLE_PROFILING=1 (e.g. RAY_DASHBOARD_ENABLE_PROFILING=1 "
+                    "ray start --head ...)")
         if "py-spy is not installed" in detail:
-            return (
-                f"the Ray dashboard at {self.address} could not run py-spy for {path}: the dashboard agent of "
-                "the worker's node finds no py-spy on its PATH; install it (pip install py-spy) on every node, "
-                "in the environment whose PATH `ray start` runs with"
-            )
+            return (f"the Ray dashboard at {self.address} could not run py-spy for {path}: the dashboard agent of "
+                    "the worker's node finds no py-spy on its PATH; install it (pip install py-spy) on every node, "
+                    "in the environment whose PATH `ray start` runs with")
         return f"the Ray dashboard at {self.address} answered {e.code} for {path}: {detail or e.reason}"
 
     def _state(self, resource: str, detail: bool, filters, limit: int) -> list[dict]:
-        params = [("limit", str(limit))] + _filters_query(filters)
-        if detail:
-            params.append(("detail", "1"))
+        params = [("limit", str(limit))] + _filters_query(filters) + ([("detail", "1")] if detail else [])
         body = self.get(f"/api/v0/{resource}", params)
         if not body.get("result", True):
             raise DashboardError(f"/api/v0/{resource}: {body.get('msg', 'failed')}")

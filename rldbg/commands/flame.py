@@ -65,8 +65,5 @@ def run(args) -> int:
     with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
         results = list(pool.map(one, found))
     for t, paths, err in results:
-        if paths:
-            print(f"{t.label}: {paths[0]}  {paths[1]}")
-        else:
-            print(f"{t.label}: no recording: {err}")
+        print(f"{t.label}: {paths[0]}  {paths[1]}" if paths else f"{t.label}: no recording: {err}")
     return 0 if any(paths for _, paths, _ in results) else 1

@@ -64,7 +64,7 @@ def start(port: int = 0, token: str | None = None, gate_timeout_s: float = 30.0,
     path = write_hub_file(record)
     gate.install(gate.DriverGate(hub, gate_timeout_s, poll_s))
     _session.update(record, hub=hub, file=str(path), run=run_id(job))
-    atexit.register(_at_exit)
+    atexit.register(stop)
     return info()
 
 
@@ -106,13 +106,6 @@ def hub_handle():
 def info() -> dict | None:
     """{url, token, job_id, file, run} of this driver's hub, or None."""
     return {k: _session[k] for k in ("url", "token", "job_id", "file", "run")} if _session else None
-
-
-def _at_exit() -> None:
-    try:
-        stop()
-    except Exception:
-        pass
 
 
 __all__ = ["start", "stop", "release", "hub_handle", "info"]

@@ -158,12 +158,10 @@ def hub_repr(url: str, job_id: str) -> str:
 
 def parse_hub_repr(text: str) -> dict | None:
     """'rldbg-hub http://127.0.0.1:5001 job=01000000' -> {url, job_id}; None if not a hub."""
-    if not text or not text.startswith(REPR_PREFIX):
+    parts = text[len(REPR_PREFIX):].split() if text and text.startswith(REPR_PREFIX) else []
+    if not parts:
         return None
-    parts = text[len(REPR_PREFIX):].split()
-    url = parts[0] if parts else None
-    job = next((p[4:] for p in parts[1:] if p.startswith("job=")), None)
-    return {"url": url, "job_id": job} if url else None
+    return {"url": parts[0], "job_id": next((p[4:] for p in parts[1:] if p.startswith("job=")), None)}
 
 
 def discover(dashboard_address: str | None = None, timeout: float = 10.0) -> list[dict]:

@@ -139,8 +139,7 @@ class ControlHub:
         self.cond.notify_all()
 
     def _gate_reply(self) -> dict:
-        return {"armed": self.armed, "specs_version": self.specs.version,
-                "specs": self.specs.texts()}
+        return {"armed": self.armed, "specs_version": self.specs.version, "specs": self.specs.texts()}
 
     # ---- TUI side (HTTP handlers call these) -------------------------------------------
     def heartbeat(self, client: str = "?") -> dict:
@@ -157,9 +156,7 @@ class ControlHub:
             elif action in ("disarm", "continue"):
                 self._disarm(f"{action} requested")
             elif action == "step":
-                if not self.armed:
-                    self.armed = True
-                self.mode, self.target = "step", None
+                self.armed, self.mode, self.target = True, "step", None
                 self._release()
             elif action == "run_to_method":
                 if not method or not isinstance(method, str):
@@ -180,9 +177,8 @@ class ControlHub:
             return self.gate_state()
 
     def _current_step(self):
-        if self.pending is not None and self.pending.get("step") is not None:
-            return self.pending["step"]
-        return self.step
+        pending_step = (self.pending or {}).get("step")
+        return pending_step if pending_step is not None else self.step
 
     def _release(self) -> None:
         if self.pending_key is not None:

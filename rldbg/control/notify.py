@@ -1,9 +1,6 @@
-"""Worker side: tell this job's hub that a breakpoint paused or resumed (for /api/state
-"breakpoints.paused"/"hits"). Fire-and-forget: never blocks or fails the paused call, and costs
-one failed name lookup every RETRY_S when no hub runs.
-
-The handle is cached for the process's life: a hub restarted in the same job is not seen by a
-worker that already found the old one (its notes go nowhere; nothing fails)."""
+"""Worker side: tell this job's hub that a breakpoint paused or resumed (/api/state "breakpoints").
+Fire-and-forget: never blocks or fails the paused call; costs one failed lookup every RETRY_S when
+no hub runs. A hub restarted in the same job is not seen by a worker that found the old one."""
 from __future__ import annotations
 
 import time

@@ -57,9 +57,8 @@ def ray_worker():
 
 
 def ensure_listening() -> tuple[str, int]:
-    """(host, port) of this worker's debugpy listener, opening it on first use.
-    debugpy.listen can run once per process; Ray's own breakpoint() reuses the
-    port we register, and we reuse one Ray opened."""
+    """(host, port) of this worker's debugpy listener, opened on first use (debugpy.listen runs once
+    per process: Ray's own breakpoint() reuses the port registered here, and this one Ray's)."""
     global _listen_host
     import debugpy
     from ray.util import debugpy as ray_debugpy
@@ -84,9 +83,8 @@ def ensure_listening() -> tuple[str, int]:
 
 
 def wait_for_client(message: str) -> None:
-    """Block (counted as paused by the dashboard) until a DAP client attaches.
-    If a client is attached already, debugpy returns at once and the stop is
-    delivered into that session (num_paused_threads never rises)."""
+    """Block (counted as paused by the dashboard) until a DAP client attaches; with one attached
+    already, debugpy returns at once and the stop goes into that session."""
     import debugpy
     from ray.util import debugpy as ray_debugpy
 

@@ -173,12 +173,8 @@ def _collect(node, prefix: str, codes: dict, colons: dict, out: list, headers: s
             decorators = tuple((d.lineno, d.end_lineno) for d in child.decorator_list)
             start = min([child.lineno] + [a for a, _ in decorators])
             body = child.body
-            doc = None
-            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                    and isinstance(body[0].value.value, str)):
-                doc = (body[0].lineno, body[0].end_lineno)
-                if len(body) > 1:
-                    body = body[1:]
+            doc = (body[0].lineno, body[0].end_lineno) if ast.get_docstring(child, clean=False) is not None else None
+            body = body[1:] if doc and len(body) > 1 else body
             # The compiler numbers a decorated function from its first decorator (3.8+).
             code = codes.get((child.name, start)) or codes.get((child.name, child.lineno))
             own = sorted({n for _, _, n in code.co_lines() if n}) if code is not None else []

@@ -84,14 +84,11 @@ def publish_identity(ident) -> None:
     try:
         import ray
 
-        if not ray.is_initialized():
-            return
-        ctx = ray.get_runtime_context()
-        actor_id = ctx.get_actor_id()
-        if not actor_id:
-            return
-        put({**ident.to_dict(), "actor_id": actor_id, "pid": os.getpid(), "job_id": ctx.get_job_id(),
-             "key": key_for(ctx.get_job_id(), actor_id, WORKER_PREFIX)})
+        ctx = ray.get_runtime_context() if ray.is_initialized() else None
+        actor_id = ctx.get_actor_id() if ctx else None
+        if actor_id:
+            put({**ident.to_dict(), "actor_id": actor_id, "pid": os.getpid(), "job_id": ctx.get_job_id(),
+                 "key": key_for(ctx.get_job_id(), actor_id, WORKER_PREFIX)})
     except Exception:  # noqa: BLE001
         pass
 
