@@ -17,7 +17,8 @@ def token() -> str | None:
     value = os.environ.get("RAY_AUTH_TOKEN", "").strip()
     if value:
         return value
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH", "").strip() or Path(os.environ.get("HOME", "~")) / ".ray" / "auth_token"
+    home = Path(os.environ.get("HOME", "~"))
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH", "").strip() or home / ".ray" / "auth_token"
     try:
         return Path(path).expanduser().read_text().strip() or None
     except OSError:

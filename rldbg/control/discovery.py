@@ -165,7 +165,7 @@ def parse_hub_repr(text: str) -> dict | None:
 
 
 def discover(dashboard_address: str | None = None, timeout: float = 10.0) -> list[dict]:
-    """Live hubs of one cluster: [{url, job_id, run, token|None}], via its dashboard; the
+    """Live hubs of one cluster: [{url, job_id, run, token|None, pid (the hub's)}], via its dashboard; the
     token comes from the hub file with the same URL when this machine has it. Raises
     DashboardError (one line) if the dashboard is down or has not answered within `timeout` s."""
     from rldbg.dashboard import Dashboard
@@ -184,7 +184,7 @@ def discover(dashboard_address: str | None = None, timeout: float = 10.0) -> lis
             found = {"url": f.get("url"), "job_id": a.get("job_id")}
         else:
             f = next((f for f in files if f.get("url") == found["url"]), {})
-        hubs.append({**found, "token": f.get("token"), "run": f.get("run") or found["job_id"]})
+        hubs.append({**found, "token": f.get("token"), "run": f.get("run") or found["job_id"], "pid": a.get("pid")})
     return hubs
 
 
