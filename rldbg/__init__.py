@@ -37,7 +37,7 @@ _WHERE = {
     "actor_death": ("rldbg.debug.death", "actor_death"),
     "ActorDeath": ("rldbg.debug.death", "ActorDeath"),
     "parse_breakpoint": ("rldbg.debug.specs", "parse"),
-    "parse_ranks": ("rldbg.debug.registry", "parse_ranks"),
+    "parse_ranks": ("rldbg.debug.specs", "parse_ranks"),
     "parse_steps": ("rldbg.trace.window", "parse_steps"),
     "check_trace_path": ("rldbg.trace.session", "check_path_free"),
 }

@@ -1,10 +1,13 @@
 """The `rldbg` command. Each subcommand lives in rldbg/commands/<name>.py and exposes
-HELP (one line), add_arguments(parser) and run(args) -> int. Modules are imported only
-when their subcommand runs, so `rldbg --help` and `rldbg top` start fast."""
+add_arguments(parser) and run(args) -> int. Modules are imported only when their subcommand
+runs, so `rldbg --help` and `rldbg top` start fast. A cluster that cannot be found or read
+(DashboardError, RegistryError) or a debug target that names no worker (TargetError) ends any
+command with one line on stderr and status 1."""
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # What `rldbg --help` opens with: what the tool is for, then where a new user starts.
@@ -47,50 +50,43 @@ def main(argv: list[str] | None = None) -> int:
     for cmd, help_text in COMMANDS.items():
         p = sub.add_parser(cmd, help=help_text, description=help_text)
         if cmd == name:
-            module = _load(cmd)
-            if module is None:
-                print(f"rldbg {cmd}: not available in this build", file=sys.stderr)
-                return 2
-            module.add_arguments(p)
+            importlib.import_module(f"rldbg.commands.{cmd}").add_arguments(p)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
     from rldbg.ray_auth import prepare_client
     prepare_client()   # a second terminal on a token-auth cluster: before any Ray client opens
-    module = _load(args.command)
+    module = importlib.import_module(f"rldbg.commands.{args.command}")
     try:
         rc = int(module.run(args) or 0)
         sys.stdout.flush()   # a closed pipe shows up here, inside the handler, not at exit
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return _reader_left()
+        # `rldbg report T | head`: the reader left; end quietly as other tools do (128 + SIGPIPE).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except Exception as e:
+        if not isinstance(e, _user_errors()):
+            raise
+        print(f"rldbg {args.command}: {e}", file=sys.stderr)
+        return 1
     if own_process and getattr(module, "EXIT_AT_ONCE", False):
         # A command whose last act leaves millions of objects behind (a loaded trace): freeing
         # them one by one at interpreter exit took longer than the analysis (2.4 s of 8.4 s on
         # 1M events). Nothing is left to run: output is flushed, no atexit work is pending.
         # Only as a process of its own (argv None): a caller in-process keeps its interpreter.
-        import os
         sys.stderr.flush()
         os._exit(rc)
     return rc
 
 
-def _reader_left() -> int:
-    """`rldbg report T | head`: the reader left; end quietly as other tools do (128 + SIGPIPE)."""
-    import os
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 141
-
-
-def _load(cmd: str):
-    try:
-        return importlib.import_module(f"rldbg.commands.{cmd}")
-    except ModuleNotFoundError as e:
-        if e.name == f"rldbg.commands.{cmd}":
-            return None
-        raise
+def _user_errors() -> tuple:
+    from rldbg.dashboard import DashboardError
+    from rldbg.debug.paused_workers import TargetError
+    from rldbg.debug.registry import RegistryError
+    return DashboardError, RegistryError, TargetError
 
 
 if __name__ == "__main__":

@@ -1,21 +1,14 @@
 """Ray 2.60 token authentication, for processes that talk to an existing cluster.
 
-A cluster that `ray.init()` creates on a machine turns token auth on and writes the token to
-~/.ray/auth_token; later clusters on the machine use it too. A second process (a CLI in another
-terminal) is then refused ("InvalidAuthToken ... RAY_AUTH_MODE is currently 'disabled'") unless
-it runs with RAY_AUTH_MODE=token. `prepare_client()` sets that when a token is at hand and the
-user did not choose a mode, before anything in the process opens a Ray client. The dashboard's
-HTTP API takes the same token as a Bearer header (`token()`).
+A cluster that `ray.init()` creates turns token auth on and writes ~/.ray/auth_token. A second
+process (a CLI in another terminal) is refused ("InvalidAuthToken ... RAY_AUTH_MODE is currently
+'disabled'") unless it runs with RAY_AUTH_MODE=token, which prepare_client() sets when a token is
+at hand. The dashboard's HTTP API takes the same token as a Bearer header (token()).
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-
-def token_path() -> Path:
-    explicit = os.environ.get("RAY_AUTH_TOKEN_PATH", "").strip()
-    return Path(explicit).expanduser() if explicit else Path(os.environ.get("HOME", "~")).expanduser() / ".ray" / "auth_token"
 
 
 def token() -> str | None:
@@ -24,8 +17,10 @@ def token() -> str | None:
     value = os.environ.get("RAY_AUTH_TOKEN", "").strip()
     if value:
         return value
+    home = Path(os.environ.get("HOME", "~"))
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH", "").strip() or home / ".ray" / "auth_token"
     try:
-        return token_path().read_text().strip() or None
+        return Path(path).expanduser().read_text().strip() or None
     except OSError:
         return None
 

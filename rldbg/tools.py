@@ -1,8 +1,5 @@
-"""External programs rldbg and its tests run (py-spy; node, for the tests' trace processor): found
-beside the running Python first, then on PATH.
-
-`venv/bin/rldbg` run without the venv on PATH must still find `venv/bin/py-spy`, which pip put
-next to the interpreter; a bare PATH lookup misses it and would tell users py-spy is not installed.
+"""External programs rldbg and its tests run (py-spy; node), found beside the running Python first,
+then on PATH: `venv/bin/rldbg` run without the venv on PATH must still find `venv/bin/py-spy`.
 """
 from __future__ import annotations
 

@@ -190,7 +190,7 @@ def test_hub_file_is_private_and_discovery_finds_the_hub_through_the_dashboard(h
     assert saved["dashboard"] == ray_cluster
     found = [h for h in discover(ray_cluster) if h["job_id"] == hub["job_id"]]
     assert len(found) == 1 and found[0]["url"] == hub["url"] and found[0]["token"] == hub["token"]
-    assert HubClient.from_discovery(ray_cluster, job_id=hub["job_id"]).state()["job_id"] == hub["job_id"]
+    assert HubClient(found[0]["url"], found[0]["token"]).state()["job_id"] == hub["job_id"]
     with pytest.raises(RuntimeError, match="already running"):
         rldbg.control.start()
     rldbg.control.stop()

@@ -132,7 +132,7 @@ def test_only_rank1_pauses_attach_inspect_change(cluster, shards, tmp_path):
     client.evaluate("batch_size = 100", top["id"])
     locals_ = client.variables(client.scopes(top["id"])[0]["variablesReference"])
     assert {"name": "x", "value": "2"}.items() <= {v["name"]: v for v in locals_}["x"].items()
-    client.continue_()
+    client.resume()
     client.disconnect()
     assert ray.get(refs[1], timeout=60) == 200  # the changed local took effect
     _no_pauses(dash)
@@ -181,10 +181,10 @@ def test_spec_pauses_at_method_entry(cluster, shards):
         client.wait_stopped(30)
         top = client.stack_trace()[0]
         assert (top["name"], top["line"]) == ("entry", _line_of("# ENTRY-STOP"))
-        client.step_in()
+        client.resume("stepIn")
         client.wait_stopped(30)
         assert client.stack_trace()[0]["name"] == "train_step"
-        client.continue_()
+        client.resume()
     assert ray.get(refs[1], timeout=60) == 30
     _no_pauses(cluster)
 
@@ -201,7 +201,7 @@ def test_post_mortem_is_attachable(cluster, switch):
     frames = client.stack_trace()
     assert (frames[0]["name"], frames[0]["line"]) == ("_inner", _line_of("# RAISE-HERE"))
     assert client.evaluate("shard", frames[0]["id"])["result"] == "[1, 2, 3]"
-    client.continue_()
+    client.resume()
     client.disconnect()
     with pytest.raises(ray.exceptions.RayTaskError, match="bad shard"):
         ray.get(ref, timeout=60)

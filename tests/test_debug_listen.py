@@ -18,7 +18,8 @@ from conftest import DASHBOARD_URL
 from rldbg.dashboard import Dashboard
 from rldbg.debug import listen
 from rldbg.debug.dap import DAPClient
-from rldbg.debug.registry import ListeningWorker, listening_workers, parse_ranks
+from rldbg.debug.registry import ListeningWorker, listening_workers
+from rldbg.debug.specs import parse_ranks
 
 import reference_trainer.workers.hybrid as hybrid
 from reference_trainer.config import load_config
@@ -222,7 +223,7 @@ def test_breakpoint_on_rank1_only_while_training(trainer, ray_cluster):
     assert [(p["role"], p["rank"], p["pid"]) for p in listed] == [("actor+reward", 1, w1.pid)]
 
     rank1.set_breakpoints(HYBRID, [])
-    rank1.continue_()
+    rank1.resume()
     _finish(t, out, groups)
     assert rank0.stopped_thread is None  # rank 0 never stopped
     rank1.disconnect()
@@ -290,6 +291,6 @@ def test_an_editors_breakpoint_on_the_def_line_moves_to_the_first_line(trainer):
     finally:
         client.set_breakpoints(HYBRID, [])
         if client.stopped_thread is not None:
-            client.continue_()
+            client.resume()
         client.disconnect()
     _finish(t, out, groups)

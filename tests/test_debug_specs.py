@@ -5,7 +5,7 @@ import pytest
 
 from rldbg.commands.vscode import strip_jsonc, update_launch
 from rldbg.debug import breakpoints as bp
-from rldbg.debug.specs import FORM, Spec, SpecError, SpecSet, from_env, matches, parse, parse_many
+from rldbg.debug.specs import FORM, SpecError, SpecSet, from_env, matches, parse, parse_many
 from rldbg.context import WorkerIdentity, parse_label, worker_label
 from rldbg.debug.paused_workers import TargetError, resolve_target
 
@@ -71,9 +71,8 @@ def test_sources_and_specset_roundtrip():
     assert ss.version > v and len(ss) == 2
     assert ss.match("critic", 0, None, "x").role == "critic"
     assert ss.match("critic", 1, None, "x") is None
-    back = SpecSet.from_json(ss.to_json())
-    assert [s.text for s in back.list()] == [s.text for s in ss.list()] and back.version == ss.version
-    assert [s.text for s in SpecSet.from_env({"RLDBG_BREAKPOINTS": ss.to_env()}).list()] == [s.text for s in ss.list()]
+    texts = [s.text for s in ss.list()]
+    assert [s.text for s in SpecSet.from_env({"RLDBG_BREAKPOINTS": ";".join(texts)}).list()] == texts
     assert ss.remove("critic.*@rank=0") and not ss.remove("critic.*@rank=0")
     assert [s.text for s in ss.list()] == ["actor.update_actor@rank=1"]
 
@@ -91,15 +90,6 @@ def test_method_entry_matching_without_pausing(monkeypatch):
         assert not bp.check_method_entry("critic", 5, "fit", 3)
     finally:
         bp.set_active_specs([])
-
-
-def test_format_remote_error():
-    try:
-        raise ValueError("bad shard")
-    except ValueError as e:
-        msg = bp.format_remote_error("actor", 1, "update_actor", 3, e)
-    assert msg.startswith("actor rank 1, method update_actor, step 3 failed:")
-    assert "ValueError: bad shard" in msg and "raise ValueError" in msg
 
 
 def test_repr_and_targets():

@@ -83,7 +83,7 @@ def test_spec_pauses_rank1_only_inspect_continue(ray_cluster, tmp_path):
         # 8 rows over 2 ranks: this shard holds 4
         assert client.evaluate("len(args[0])", top["id"])["result"] == "4"
         assert client.evaluate("method", top["id"])["result"] == "'compute_ref_log_prob'"
-        client.continue_()
+        client.resume()
         client.disconnect()
 
         thread.join(180)
@@ -126,7 +126,7 @@ def test_post_mortem_pauses_at_the_raising_frame(ray_cluster, tmp_path):
         frames = client.stack_trace()
         assert frames[0]["source"]["path"].endswith("workers/hybrid.py")
         assert client.evaluate("len(batch)", frames[0]["id"])["result"] in ("2", "4")
-        client.continue_()
+        client.resume()
         client.disconnect()
         t.join(120)
         err = box["err"]

@@ -1,28 +1,19 @@
-"""`rldbg attach`: a terminal debugger for a paused or listening worker.
-
-    rldbg attach [TARGET]                        a worker paused at a breakpoint
-    rldbg attach --role actor --rank 1 --break reference_trainer/workers/hybrid.py:172[:COND]
-                                                 a listening worker (debug mode): set the
-                                                 breakpoint, wait for the hit, then debug
-
-TARGET is HOST:PORT, ROLE:RANK (looked up in the dashboard), or nothing (the only
-paused worker). --role finds listening workers in Ray's internal KV (rldbg.debug.registry).
-debugpy has no authentication: attach only over loopback or a network you trust.
+"""`rldbg attach [TARGET]`: a terminal debugger for a worker paused at a breakpoint; `rldbg attach
+--role R [--rank N] --break FILE:LINE[:COND]`: for a listening worker (debug mode, found in Ray's
+internal KV): set the breakpoint, wait for the hit, then debug. debugpy has no authentication:
+attach only over loopback or a network you trust.
 """
 from __future__ import annotations
 
 import os
 import sys
 
-from rldbg.control.discovery import cli_dashboard
-from rldbg.dashboard import DashboardError
+from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
 from rldbg.debug.dap import DAPClient, DAPError
 from rldbg.debug.lines import resolve as resolve_line
-from rldbg.debug.registry import RegistryError, listening_workers
+from rldbg.debug.registry import listening_workers
 from rldbg.debug.terminal import BREAK_FORM, Session, parse_break
-from rldbg.debug.paused_workers import TARGET_FORM, TargetError, resolve_target
-
-HELP = "terminal debugger for a paused or listening worker"
+from rldbg.debug.paused_workers import TARGET_FORM, resolve_target
 
 
 def add_arguments(parser) -> None:
@@ -32,7 +23,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--break", dest="breaks", action="append", default=[], metavar="FILE:LINE[:COND]",
                         help=f"with --role: breakpoint to set, repeatable; {BREAK_FORM}")
     parser.add_argument("--local-root", help="local project root that maps to the worker's cwd (default: cwd)")
-    parser.add_argument("--address", help="Ray dashboard URL (default: the run's own cluster: $RAY_DASHBOARD_ADDRESS, a live run's hub file, the newest Ray session, else http://127.0.0.1:8265)")
+    parser.add_argument("--address", help=ADDRESS_HELP)
     parser.add_argument("--ray-address", help="GCS HOST:PORT for --role (default: RAY_ADDRESS, else the local cluster)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds to wait for the stop (default 30 for a paused worker, forever with --break)")
@@ -48,10 +39,7 @@ def run(args) -> int:
         return _fail("--rank and --break need --role ROLE (a listening worker)")
     if args.role is not None:
         return _run_listening(args)
-    try:
-        host, port, worker = resolve_target(args.target, lambda: cli_dashboard(args.address, "rldbg attach"))
-    except (TargetError, DashboardError) as e:
-        return _fail(str(e))
+    host, port, worker = resolve_target(args.target, lambda: cli_dashboard(args.address, "rldbg attach"))
     who = f"{worker.label} ({worker.method})" if worker else f"{host}:{port}"
     timeout = 30.0 if args.timeout is None else args.timeout
     client = DAPClient(host, port, timeout=timeout)
@@ -77,39 +65,26 @@ def find_listening(role: str, rank: int | None, ray_address=None, dashboard=None
     raise ValueError(f"{len(found)} {role} workers listen; pick one with --rank: {listing}")
 
 
-def attach_with_breaks(worker, breaks, local_root=None, timeout: float = 10.0, out=print):
-    """Attach to a listening worker, set the breakpoints (paths translated to the
-    worker's view; a line that cannot stop moved to the one meant, said in one line), return
-    (client, session) ready for session.start(already_attached=True). A line no breakpoint
-    can stop at raises BreakLineError (a ValueError) before attaching."""
-    parsed = [parse_break(b) if isinstance(b, str) else b for b in breaks]
-    for path, line, _ in parsed:
-        resolve_line(path, line)
-    client = DAPClient(worker.host, worker.port, timeout=timeout)
-    client.attach()
-    session = Session(client, out=out)
-    for path, line, cond in parsed:
-        local = os.path.abspath(path) if os.path.exists(path) or not worker.cwd else None
-        remote = worker.to_remote(local, local_root) if local else os.path.join(worker.cwd, path)
-        answer = session.add_breakpoint(remote, line, cond, source=path if local else None)
-        state = "set" if answer.get("verified") else f"pending ({answer.get('message') or 'not verified yet'})"
-        out(f"breakpoint {remote}:{answer.get('line', line)}" + (f" if {cond}" if cond else "") + f": {state}")
-    return client, session
-
-
 def _run_listening(args) -> int:
     try:
         parsed = [parse_break(b) for b in args.breaks]
         for path, line, _ in parsed:
             resolve_line(path, line)   # a line that can never stop fails here, before any lookup
         worker = find_listening(args.role, args.rank, args.ray_address, args.address)
-    except (ValueError, RegistryError) as e:
+    except ValueError as e:
         return _fail(str(e))
+    # stop_timeout None: wait for the hit as long as it takes
+    session = Session(DAPClient(worker.host, worker.port, timeout=10.0), stop_timeout=args.timeout)
     try:
-        client, session = attach_with_breaks(worker, parsed, args.local_root)
+        session.client.attach()
+        for path, line, cond in parsed:   # paths as the worker sees them
+            local = os.path.abspath(path) if os.path.exists(path) or not worker.cwd else None
+            remote = worker.to_remote(local, args.local_root) if local else os.path.join(worker.cwd, path)
+            answer = session.add_breakpoint(remote, line, cond, source=path if local else None)
+            state = "set" if answer.get("verified") else f"pending ({answer.get('message') or 'not verified yet'})"
+            print(f"breakpoint {remote}:{answer.get('line', line)}" + (f" if {cond}" if cond else "") + f": {state}")
     except DAPError as e:
         return _fail(f"{worker.label} at {worker.address}: {e}")
-    session.stop_timeout = args.timeout  # None: wait for the hit as long as it takes
     what = "the breakpoint" if parsed else "a stop (set one with `b FILE:LINE` from VS Code or pause)"
     print(f"attached to {worker.label} (pid {worker.pid}) at {worker.address}; waiting for {what} "
           "(Ctrl-C detaches; the worker keeps running)")

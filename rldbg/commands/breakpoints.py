@@ -2,26 +2,18 @@
 from __future__ import annotations
 
 import json
-import sys
 
-from rldbg.control.discovery import cli_dashboard
-from rldbg.dashboard import DashboardError
+from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
 from rldbg.debug.paused_workers import list_paused
-
-HELP = "list paused workers (role, rank, method, debugpy address)"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--address", help="Ray dashboard URL (default: the run's own cluster: $RAY_DASHBOARD_ADDRESS, a live run's hub file, the newest Ray session, else http://127.0.0.1:8265)")
+    parser.add_argument("--address", help=ADDRESS_HELP)
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
 
 
 def run(args) -> int:
-    try:
-        paused = list_paused(cli_dashboard(args.address, "rldbg breakpoints"))
-    except DashboardError as e:
-        print(f"rldbg breakpoints: {e}", file=sys.stderr)
-        return 1
+    paused = list_paused(cli_dashboard(args.address, "rldbg breakpoints"))
     if args.json:
         print(json.dumps([p.to_dict() for p in paused], indent=2))
         return 0

@@ -6,8 +6,6 @@ import importlib.util
 import subprocess
 import sys
 
-HELP = "run the reference trainer's traced demo on an embedded local Ray cluster"
-
 
 def add_arguments(p) -> None:
     p.add_argument("--preset", default="demo", help="trainer preset (default: demo)")

@@ -10,8 +10,6 @@ import os
 import sys
 import time
 
-HELP = "write a running job's flight-recorder window now (the run goes on)"
-
 
 def add_arguments(parser) -> None:
     parser.add_argument("--address", default="auto", help="Ray cluster address of the running job (default: auto)")
@@ -21,24 +19,26 @@ def add_arguments(parser) -> None:
                         help="seconds to wait for the file to be written (default 30; 0: do not wait)")
 
 
-def _entry(address: str, name: str | None) -> tuple[str, dict]:
+def traced_job(address: str, name: str | None, prog: str) -> tuple[str, dict]:
+    """(collector name, its entry) of the traced job `name` (default: the only one) on the Ray
+    cluster at `address`; SystemExit with one line when there is no cluster, none or several."""
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
     from rldbg.trace import address as where
     try:
         ray.init(address=address, namespace=where.NAMESPACE, logging_level="ERROR")
     except (ConnectionError, RuntimeError) as e:
-        raise SystemExit(f"rldbg dump: no Ray cluster at --address {address!r} ({str(e).splitlines()[0]})") from None
+        raise SystemExit(f"{prog}: no Ray cluster at --address {address!r} ({str(e).splitlines()[0]})") from None
     try:
         found = where.find_all()
     finally:
         ray.shutdown()
     if name is None:
         if len(found) != 1:
-            raise SystemExit(f"rldbg dump: found {len(found)} traced jobs {sorted(found)}; pick one with --collector")
+            raise SystemExit(f"{prog}: found {len(found)} traced jobs {sorted(found)}; pick one with --collector")
         name = next(iter(found))
     elif name not in found:
-        raise SystemExit(f"rldbg dump: no traced job {name!r} on the Ray cluster at {address}; "
+        raise SystemExit(f"{prog}: no traced job {name!r} on the Ray cluster at {address}; "
                          f"traced: {sorted(found) or 'none'}")
     return name, found[name]
 
@@ -49,7 +49,7 @@ def run(args) -> int:
         return 2
     from rldbg.trace.address import connect
     from rldbg.trace.wire import WireError
-    name, entry = _entry(args.address, args.collector)
+    name, entry = traced_job(args.address, args.collector, "rldbg dump")
     try:
         conn = connect(entry)
     except (OSError, WireError) as e:

@@ -1,18 +1,12 @@
-"""rldbg export [--address ADDR [--collector NAME] | SPILL_DIR] -o trace.json[.gz]
+"""rldbg export: a spill goes into the run's store (trace.rldbg.db beside the output, what `rldbg
+report` reads), and the trace is exported from the store.
 
-The spill goes into the run's store first (trace.rldbg.db beside the output: what `rldbg report`
-reads), and the trace is exported from the store.
-
-A damaged spill (a torn record, garbage, a record failing its checksum, malformed events) is recovered:
-every valid batch and event is exported, and a warning on stderr names each damaged file and
-byte offset; the exit status stays 0 because the trace written holds everything recoverable.
-A damaged meta.json, or a spill in the old JSON-lines format, is a one-line error naming it (rc 2)."""
+A damaged spill (torn or failing records, malformed events) is recovered: every valid event is
+exported, a warning on stderr names each damaged file and offset, and the status stays 0. A
+damaged meta.json, or a spill in the old JSON-lines format, is a one-line error (rc 2)."""
 from __future__ import annotations
 
-import os
 import sys
-
-HELP = "write a run's collected events as a Perfetto trace"
 
 
 def add_arguments(parser) -> None:
@@ -24,28 +18,14 @@ def add_arguments(parser) -> None:
 
 
 def _spill_from_cluster(address: str, name: str | None) -> str:
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    import ray
-    from rldbg.trace import address as where
-    ray.init(address=address, namespace=where.NAMESPACE, logging_level="ERROR")
-    try:
-        found = where.find_all()
-        if name is None:
-            if len(found) != 1:
-                raise SystemExit(f"rldbg export: found {len(found)} traced jobs {sorted(found)}; "
-                                 "pick one with --collector")
-            name = next(iter(found))
-        elif name not in found:
-            raise SystemExit(f"rldbg export: no traced job {name!r} on the Ray cluster at {address}; "
-                             f"traced: {sorted(found) or 'none'}")
-        print(f"rldbg export: collector {name} on the Ray cluster at {address}", file=sys.stderr)
-        # The collector writes each batch to disk on arrival; export reads the same files.
-        if not found[name].get("spill_dir"):
-            raise SystemExit(f"rldbg export: {name} keeps only its last steps in memory (trace.window) and "
-                             "writes nothing until a trigger: `rldbg dump` writes that window now")
-        return found[name]["spill_dir"]
-    finally:
-        ray.shutdown()
+    from rldbg.commands.dump import traced_job
+    name, entry = traced_job(address, name, "rldbg export")
+    print(f"rldbg export: collector {name} on the Ray cluster at {address}", file=sys.stderr)
+    # The collector writes each batch to disk on arrival; export reads the same files.
+    if not entry.get("spill_dir"):
+        raise SystemExit(f"rldbg export: {name} keeps only its last steps in memory (trace.window) and "
+                         "writes nothing until a trigger: `rldbg dump` writes that window now")
+    return entry["spill_dir"]
 
 
 def run(args) -> int:

@@ -10,11 +10,9 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from rldbg.control.discovery import cli_dashboard
+from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
 from rldbg.dashboard import DashboardError
 from rldbg.profilers import flamegraph, pyspy, targets
-
-HELP = "py-spy recording of a role's workers (speedscope + SVG)"
 
 
 def add_arguments(parser) -> None:
@@ -26,7 +24,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rate", type=int, default=100, help="samples per second (default 100)")
     parser.add_argument("--idle", action="store_true", help="keep idle samples (waiting threads)")
     parser.add_argument("--native", action="store_true", help="include native (C/C++) frames")
-    parser.add_argument("--address", help="Ray dashboard URL (default: the run's own cluster: $RAY_DASHBOARD_ADDRESS, a live run's hub file, the newest Ray session, else http://127.0.0.1:8265)")
+    parser.add_argument("--address", help=ADDRESS_HELP)
 
 
 def _collapsed(t, dash, args) -> str:
@@ -35,11 +33,7 @@ def _collapsed(t, dash, args) -> str:
             path = pyspy.record(t.pid, args.seconds, os.path.join(tmp, "raw.txt"), args.rate, args.idle, args.native)
             with open(path, encoding="utf-8") as f:
                 return f.read()
-    params = [("pid", str(t.pid)), ("node_id", t.node_id) if t.node_id else ("ip", t.ip),
-              ("duration", str(max(1, round(args.seconds)))), ("format", "raw")]
-    if args.native:
-        params.append(("native", "1"))
-    return dash.get("/worker/cpu_profile", params, raw=True)
+    return dash.cpu_profile(t.pid, t.ip, t.node_id, args.seconds, args.native)
 
 
 def run(args) -> int:
@@ -49,14 +43,10 @@ def run(args) -> int:
     if not 1 <= args.rate <= 10000:
         print(f"rldbg flame: bad --rate {args.rate}: expected 1-10000 samples per second", file=sys.stderr)
         return 2
-    try:
-        dash = cli_dashboard(args.address, "rldbg flame")
-        found, why = targets.find_or_explain(dash, args.role, args.rank, args.run)
-        if why:
-            print(f"rldbg flame: {why}", file=sys.stderr)
-            return 1
-    except DashboardError as e:
-        print(f"rldbg flame: {e}", file=sys.stderr)
+    dash = cli_dashboard(args.address, "rldbg flame")
+    found, why = targets.find_or_explain(dash, args.role, args.rank, args.run)
+    if why:
+        print(f"rldbg flame: {why}", file=sys.stderr)
         return 1
     out = args.out or f"rldbg-flame-{time.strftime('%Y%m%d-%H%M%S')}"
     os.makedirs(out, exist_ok=True)
@@ -75,8 +65,5 @@ def run(args) -> int:
     with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
         results = list(pool.map(one, found))
     for t, paths, err in results:
-        if paths:
-            print(f"{t.label}: {paths[0]}  {paths[1]}")
-        else:
-            print(f"{t.label}: no recording: {err}")
+        print(f"{t.label}: {paths[0]}  {paths[1]}" if paths else f"{t.label}: no recording: {err}")
     return 0 if any(paths for _, paths, _ in results) else 1

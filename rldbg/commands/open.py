@@ -9,8 +9,6 @@ import os
 import socket
 import sys
 
-HELP = "open a trace in the Perfetto UI (served once from 127.0.0.1, never uploaded)"
-
 
 def add_arguments(parser) -> None:
     from rldbg.trace.open_ui import DEFAULT_ORIGIN, DEFAULT_PORT
@@ -25,11 +23,8 @@ def add_arguments(parser) -> None:
 
 
 def _resolve(path: str) -> str:
-    if os.path.isdir(path):
-        for name in ("trace.json.gz", "trace.json", "trace.pftrace"):
-            if os.path.isfile(os.path.join(path, name)):
-                return os.path.join(path, name)
-    return path
+    inside = [os.path.join(path, name) for name in ("trace.json.gz", "trace.json", "trace.pftrace")]
+    return next((p for p in inside if os.path.isfile(p)), path) if os.path.isdir(path) else path
 
 
 def run(args) -> int:

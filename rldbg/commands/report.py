@@ -1,18 +1,15 @@
-"""rldbg report TRACE [--json] [--html OUT.html]
+"""rldbg report TRACE: a run's store, its Perfetto file (the store read from beside it), or a
+Chrome JSON trace from elsewhere (imported into a store first).
 
-TRACE: a run's store (trace.rldbg.db), the run's Perfetto file (trace.json.gz, its store read
-from beside it), or a Chrome JSON trace from elsewhere (imported into a store first).
-
-A truncated or damaged trace is still analysed (whatever could be read), but the first line
-says so and the exit status is 3, so a script never takes a partial report for a whole one.
-Losses the trace itself records (events dropped or never sent) are stated on the next line.
+A truncated or damaged trace is still analysed, but the first line says so and the exit status
+is 3, so a script never takes a partial report for a whole one; losses the trace itself records
+are stated on the next line.
 """
 from __future__ import annotations
 
 import json
 import sys
 
-HELP = "summarise a trace: time per role, stragglers, idle time, memory"
 DAMAGED_RC = 3
 EXIT_AT_ONCE = True   # rldbg.cli: skip freeing the loaded trace object by object at exit
 _read: list = []      # what run() read, kept past its return for that (freeing it took 0.3 s)

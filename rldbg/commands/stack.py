@@ -5,18 +5,15 @@ from __future__ import annotations
 import json
 import sys
 
-from rldbg.control.discovery import cli_dashboard
-from rldbg.dashboard import DashboardError
+from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
 from rldbg.profilers import hang, stacks, targets
-
-HELP = "py-spy stacks of a role's workers, identical stacks grouped"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--role", help="only workers holding this role (colocated roles match too)")
     parser.add_argument("--rank", type=int, help="only this rank")
     parser.add_argument("--run", help="only actors of this run (actor names <run>:<roles>:rank<N>)")
-    parser.add_argument("--address", help="Ray dashboard URL (default: the run's own cluster: $RAY_DASHBOARD_ADDRESS, a live run's hub file, the newest Ray session, else http://127.0.0.1:8265)")
+    parser.add_argument("--address", help=ADDRESS_HELP)
     parser.add_argument("--native", action="store_true", help="include native (C/C++) frames")
     parser.add_argument("--via", default="auto", choices=("auto", "dashboard", "local"),
                         help="dashboard /worker/traceback, local py-spy, or dashboard then local (default)")
@@ -27,16 +24,12 @@ def run(args) -> int:
     if args.rank is not None and args.rank < 0:
         print(f"rldbg stack: bad --rank {args.rank}: expected a rank >= 0", file=sys.stderr)
         return 2
-    try:
-        dash = cli_dashboard(args.address, "rldbg stack")
-        found, why = targets.find_or_explain(dash, args.role, args.rank, args.run)
-        if why:
-            print(f"rldbg stack: {why}", file=sys.stderr)
-            return 1
-        results = stacks.fetch(found, dash, native=args.native, via=args.via)
-    except DashboardError as e:
-        print(f"rldbg stack: {e}", file=sys.stderr)
+    dash = cli_dashboard(args.address, "rldbg stack")
+    found, why = targets.find_or_explain(dash, args.role, args.rank, args.run)
+    if why:
+        print(f"rldbg stack: {why}", file=sys.stderr)
         return 1
+    results = stacks.fetch(found, dash, native=args.native, via=args.via)
     groups, failed = stacks.group(results)
     explained = hang.explain(results)
     if args.json:

@@ -10,7 +10,6 @@ import sys
 from rldbg.profilers import tensorboard as tb
 from rldbg.profilers.spec import ProfileSpecError, from_env
 
-HELP = "start TensorBoard on loopback over torch.profiler output and trainer metrics"
 DEFAULT_LOGDIR = os.path.join("runs", "demo", "tb")
 
 
@@ -29,15 +28,11 @@ def _default_logdir() -> str:
 
 def run(args) -> int:
     logdir = args.logdir or _default_logdir()
-    try:
-        traces, scalars = tb.check_logdir(logdir)
-    except tb.TensorBoardError as e:
-        print(f"rldbg tb: {e}", file=sys.stderr)
-        return 1
     # SIGTERM (kill, timeout, a test's terminate()) must take TensorBoard down too, not orphan it.
     signal.signal(signal.SIGTERM, _interrupt)
     proc = None
     try:
+        traces, scalars = tb.check_logdir(logdir)
         proc, base = tb.start(logdir, args.port)
         tb.wait_ready(proc, base)
         if traces:

@@ -1,24 +1,17 @@
-"""`rldbg top [--address URL] [--job JOB] [--token T] [--once] [--refresh S]`: the live TUI.
-
-It finds the run's control hub through the run's Ray dashboard (discovery.resolve_dashboard: --address,
-else the dashboard in a live run's hub file, else the newest Ray session's; start it before or after
-the run: with no hub yet it says "waiting for a run" and keeps looking). With several runs in view it
-lists them and asks which one (or needs --job RUN when not on a terminal): it never picks one silently.
-The hub's token comes from ~/.rldbg/hub-<job>-<pid>.json on the driver's machine, or --token / RLDBG_TOKEN.
---once prints the roles table and the gate state once, without a terminal UI (for scripts, CI logs);
-on a loaded machine it waits up to --wait seconds for the dashboard and the hub, and says what it
-waited for.
+"""`rldbg top`: the live TUI. It finds the run's hub through the run's Ray dashboard
+(discovery.resolve_dashboard), before or after the run starts; with several runs in view it asks
+which one (or needs --job RUN off a terminal): it never picks one silently. --once prints the roles
+table and the gate once (scripts, CI logs), waiting up to --wait seconds for slow answers and
+saying what it waited for.
 """
 from __future__ import annotations
 
 import sys
 
-HELP = "live TUI attached to the Ray dashboard"
-
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--address", help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS, an http "
-                                          "$RAY_ADDRESS, or http://127.0.0.1:8265)")
+    from rldbg.control.discovery import ADDRESS_HELP
+    parser.add_argument("--address", help=ADDRESS_HELP)
     parser.add_argument("--job", help="the run: RUN (JOB-PID, as the driver prints it) or a Ray job id "
                                       "(default: the only run in view; with several, a choice)")
     parser.add_argument("--token", help="the hub's token (default: $RLDBG_TOKEN or ~/.rldbg/hub-<job>-<pid>.json)")

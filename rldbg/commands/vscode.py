@@ -1,97 +1,53 @@
-"""`rldbg vscode`: launch.json attach entries for paused or listening workers.
+"""`rldbg vscode`: launch.json attach entries for the workers paused at a breakpoint now, or with
+--attach-role ROLE for every listening worker of a role (debug mode), plus a compound
+"rldbg: ROLE (all listening ranks)" that attaches to all of them at once.
 
-    rldbg vscode                              the workers paused at a breakpoint now
-    rldbg vscode --attach-role actor [--ranks 1]
-                                              every listening worker of a role (debug mode),
-                                              one entry per worker plus a compound
-                                              "rldbg: actor (all listening ranks)" that
-                                              attaches to all of them in one go
-
-Entries are named "rldbg: ROLE rank R"; a rerun replaces them (stale ports
-go away) and keeps every other configuration. launch.json may hold comments
-(JSONC); they are read fine but not written back.
+Entries are named "rldbg: ROLE rank R"; a rerun replaces them (stale ports go away) and keeps every
+other configuration. Comments in launch.json (JSONC) are read but not written back.
 """
 from __future__ import annotations
 
 import json
 import re
 import sys
+import sysconfig
 from pathlib import Path
 
-import sysconfig
+from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
+from rldbg.debug.registry import listening_workers
+from rldbg.debug.specs import parse_ranks
+from rldbg.debug.paused_workers import list_paused
 
-from rldbg.control.discovery import cli_dashboard
-from rldbg.dashboard import DashboardError
-from rldbg.debug.registry import ListeningWorker, RegistryError, listening_workers, parse_ranks
-from rldbg.debug.paused_workers import PausedWorker, list_paused
-
-HELP = "write VS Code launch.json entries for paused or listening workers"
 _GENERATED = re.compile(r"^rldbg: .+ (rank \d+|pid \d+)$")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--address", help="Ray dashboard URL (default: the run's own cluster: $RAY_DASHBOARD_ADDRESS, a live run's hub file, the newest Ray session, else http://127.0.0.1:8265)")
+    parser.add_argument("--address", help=ADDRESS_HELP)
     parser.add_argument("--output", default=".vscode/launch.json", help="launch.json to create or update (default .vscode/launch.json)")
     parser.add_argument("--attach-role", metavar="ROLE", help="entries for every listening worker of ROLE (debug mode)")
     parser.add_argument("--ranks", help="with --attach-role: only these ranks (1, 0,1, 0-3)")
     parser.add_argument("--ray-address", help="GCS HOST:PORT for --attach-role (default: RAY_ADDRESS, else the local cluster)")
 
 
+# A JSON string (kept as it is), or a // or /* */ comment (dropped).
+_STRING_OR_COMMENT = re.compile(r'("(?:\\.|[^"\\])*")|//[^\n]*|/\*.*?(?:\*/|$)', re.S)
+
+
 def strip_jsonc(text: str) -> str:
     """Drop // and /* */ comments outside strings and trailing commas."""
-    out, i, n, in_str = [], 0, len(text), False
-    while i < n:
-        c = text[i]
-        if in_str:
-            out.append(c)
-            if c == "\\" and i + 1 < n:
-                out.append(text[i + 1])
-                i += 1
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-            out.append(c)
-        elif text.startswith("//", i):
-            i = text.find("\n", i)
-            i = n if i < 0 else i
-            continue
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-            continue
-        else:
-            out.append(c)
-        i += 1
-    return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
+    text = _STRING_OR_COMMENT.sub(lambda m: m.group(1) or "", text)
+    return re.sub(r",(\s*[}\]])", r"\1", text)
 
 
-def entry_for(p: PausedWorker) -> dict:
-    entry = {
-        "name": f"rldbg: {p.label}",
-        "type": "debugpy",
-        "request": "attach",
-        "connect": {"host": p.host, "port": int(p.port)},
-        "justMyCode": False,
-    }
-    if p.cwd:
-        entry["pathMappings"] = [{"localRoot": "${workspaceFolder}", "remoteRoot": p.cwd}]
-    return entry
-
-
-def listening_entry(w: ListeningWorker, role: str) -> dict:
-    """One debugpy attach entry for a listening worker. pathMappings: the workspace is
-    the worker's cwd, and the local site-packages the worker's (libraries, Ray)."""
-    maps = []
-    if w.cwd:
-        maps.append({"localRoot": "${workspaceFolder}", "remoteRoot": w.cwd})
-    if w.purelib:
-        maps.append({"localRoot": sysconfig.get_paths()["purelib"], "remoteRoot": w.purelib})
-    entry = {"name": f"rldbg: {role} rank {w.rank}", "type": "debugpy", "request": "attach",
-             "connect": {"host": w.host, "port": int(w.port)}, "justMyCode": False}
-    if maps:
-        entry["pathMappings"] = maps
-    return entry
+def attach_entry(name: str, host: str, port: int, cwd: str | None, purelib: str | None = None) -> dict:
+    """One debugpy attach entry. pathMappings: the workspace is the worker's cwd, and the local
+    site-packages the worker's (libraries, Ray) when it said where they are."""
+    maps = [{"localRoot": "${workspaceFolder}", "remoteRoot": cwd}] if cwd else []
+    if purelib:
+        maps.append({"localRoot": sysconfig.get_paths()["purelib"], "remoteRoot": purelib})
+    entry = {"name": name, "type": "debugpy", "request": "attach", "connect": {"host": host, "port": int(port)},
+             "justMyCode": False}
+    return {**entry, "pathMappings": maps} if maps else entry
 
 
 def compound_name(role: str, ranks) -> str:
@@ -129,58 +85,41 @@ def update_launch(path: Path, entries: list[dict], compound: dict | None = None,
     return data
 
 
-def write_listening(path: Path, role: str, ranks=None, ray_address=None, dashboard=None):
-    """launch.json entries + a compound for every listening worker of `role`;
-    returns the workers written (RegistryError / ValueError on failure)."""
+def _listening_entries(role: str, ranks, ray_address, dashboard) -> tuple[list, dict, list[str]]:
+    """(entries, their compound, a line per worker) for every listening worker of `role`."""
     workers = listening_workers(ray_address, role=role, ranks=ranks, dashboard=dashboard)
     if not workers:
         which = "" if ranks is None else f" at ranks {sorted(ranks)}"
         raise ValueError(f"no listening {role} workers{which}; start the run with debug mode on "
                          f"(RLDBG_LISTEN_ROLES={role} or debug.listen_roles=[{role}])")
-    entries = [listening_entry(w, role) for w in workers]
+    entries = [attach_entry(f"rldbg: {role} rank {w.rank}", w.host, w.port, w.cwd, w.purelib) for w in workers]
     compound = {"name": compound_name(role, ranks), "configurations": [e["name"] for e in entries],
                 "stopAll": False}
-    update_launch(path, entries, compound, role=role)
-    return workers
-
-
-def _run_listening(args) -> int:
-    path = Path(args.output)
-    try:
-        ranks = parse_ranks(args.ranks, "--ranks")
-        workers = write_listening(path, args.attach_role, ranks, args.ray_address, args.address)
-    except (ValueError, OSError, RegistryError) as e:
-        print(f"rldbg vscode: {e}", file=sys.stderr)
-        return 1
-    for w in workers:
-        print(f"rldbg: {args.attach_role} rank {w.rank} -> {w.address} (pid {w.pid})")
-    print(f"wrote {path}; in VS Code run '{compound_name(args.attach_role, ranks)}' to attach to all of them "
-          "(debugpy has no authentication: keep these ports on loopback)")
-    return 0
+    return entries, compound, [f"rldbg: {role} rank {w.rank} -> {w.address} (pid {w.pid})" for w in workers]
 
 
 def run(args) -> int:
-    if args.attach_role:
-        return _run_listening(args)
-    if args.ranks:
+    if args.ranks and not args.attach_role:
         print("rldbg vscode: --ranks needs --attach-role ROLE", file=sys.stderr)
         return 2
-    try:
-        paused = list_paused(cli_dashboard(args.address, "rldbg vscode"))
-    except DashboardError as e:
-        print(f"rldbg vscode: {e}", file=sys.stderr)
-        return 1
-    if not paused:
-        print("rldbg vscode: no paused workers; nothing written", file=sys.stderr)
-        return 1
     path = Path(args.output)
     try:
-        update_launch(path, [entry_for(p) for p in paused])
+        if args.attach_role:
+            ranks = parse_ranks(args.ranks, "--ranks")
+            entries, compound, shown = _listening_entries(args.attach_role, ranks, args.ray_address, args.address)
+            how = f"run '{compound['name']}' to attach to all of them"
+        else:
+            paused = list_paused(cli_dashboard(args.address, "rldbg vscode"))
+            if not paused:
+                print("rldbg vscode: no paused workers; nothing written", file=sys.stderr)
+                return 1
+            entries = [attach_entry(f"rldbg: {p.label}", p.host, p.port, p.cwd) for p in paused]
+            compound, how = None, "pick the entry under Run and Debug"
+            shown = [f"rldbg: {p.label} -> {p.address}" for p in paused]
+        update_launch(path, entries, compound, role=args.attach_role)
     except (ValueError, OSError) as e:
         print(f"rldbg vscode: {e}", file=sys.stderr)
         return 1
-    for p in paused:
-        print(f"rldbg: {p.label} -> {p.address}")
-    print(f"wrote {path}; in VS Code pick the entry under Run and Debug (debugpy has no authentication: "
-          "keep these ports on loopback)")
+    print("\n".join(shown))
+    print(f"wrote {path}; in VS Code {how} (debugpy has no authentication: keep these ports on loopback)")
     return 0

@@ -1,13 +1,10 @@
-"""Live control of a run: the hub actor (HTTP API for `rldbg top`) and the driver's step gate.
+"""Live control of a run: start() (after ray.init()) the hub actor behind `rldbg top` and the
+driver's step gate, which the seam calls at every worker-group call; stop(); release(why) from a
+signal handler lets a parked gate go.
 
-    import rldbg.control
-    info = rldbg.control.start()          # after ray.init(); {"url", "token", "job_id", "file"}
-    ... train (the seam calls rldbg.control.gate.before_dispatch / after_collect) ...
-    rldbg.control.stop()                  # rldbg.control.release(why) from a signal handler: a parked gate lets go
-
-Security: the API listens on 127.0.0.1 by default and requires the per-run bearer token
-(random, written to ~/.rldbg/hub-<job_id>-<driver pid>.json with mode 0600, see discovery.py). Pass host="0.0.0.0" only on a
-trusted network: anyone with the token can pause the run and export its trace.
+Security: the API listens on 127.0.0.1 by default and requires the per-run bearer token (random,
+in the 0600 hub file, see discovery.py). Pass host="0.0.0.0" only on a trusted network: anyone
+with the token can pause the run and export its trace.
 """
 from __future__ import annotations
 
@@ -17,6 +14,7 @@ import secrets
 import time
 
 from rldbg.control import gate
+from rldbg.control.gate import release
 from rldbg.control.hub import NAMESPACE, hub_name
 
 _session: dict = {}
@@ -24,7 +22,7 @@ _session: dict = {}
 
 def start(port: int = 0, token: str | None = None, gate_timeout_s: float = 30.0,
           host: str = "127.0.0.1", poll_s: float = 0.25) -> dict:
-    """Start this job's hub and the driver gate. Returns {url, token, job_id, file}."""
+    """Start this job's hub and the driver gate. Returns info()."""
     if not 0 <= int(port) < 65536:
         raise ValueError(f"port={port!r} must be in 0..65535 (0 picks a free one)")
     if gate_timeout_s <= 0:
@@ -34,49 +32,40 @@ def start(port: int = 0, token: str | None = None, gate_timeout_s: float = 30.0,
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from rldbg.control.discovery import run_id, write_hub_file
+    from rldbg.control.discovery import own_dashboard, run_id, write_hub_file
     from rldbg.control.hub import ControlHub
-    from rldbg.own_actors import own_actor_class
 
     if not ray.is_initialized():
         raise RuntimeError("rldbg.control.start() needs Ray: call ray.init() first")
     ctx = ray.get_runtime_context()
     job = ctx.get_job_id()
     token = token or secrets.token_urlsafe(24)
-    # Pinned to the driver's node: 127.0.0.1 there is this machine, and export reads the spill.
-    cls = own_actor_class(ray, ControlHub, max_concurrency=16)
+    # num_cpus=0: the hub never holds (or waits for) a CPU the job asked for. max_restarts=0: when it
+    # dies the gate releases the run. enable_task_events=False: the gate's 4 syncs a second, for the
+    # whole run, would each cost the caller and the GCS, fill the dashboard's task list with rldbg's
+    # traffic and crowd the user's tasks out of the GCS's bounded task store, where
+    # `rldbg breakpoints` looks up a paused worker's task. Pinned to the driver's node: 127.0.0.1
+    # there is this machine, and export reads the spill.
+    cls = ray.remote(num_cpus=0, max_restarts=0, enable_task_events=False, max_concurrency=16)(ControlHub)
     try:
         hub = cls.options(name=hub_name(job), namespace=NAMESPACE, lifetime=None,
                           scheduling_strategy=NodeAffinitySchedulingStrategy(ctx.get_node_id(), soft=False),
                           ).remote(job, token, host, int(port), float(gate_timeout_s))
-        info = ray.get(hub.info.remote(), timeout=60)
+        url = ray.get(hub.info.remote(), timeout=60)["url"]
     except ValueError as e:
         raise RuntimeError(f"cannot start the control hub for job {job}: {e}") from None
     except ray.exceptions.RayActorError as e:
         raise RuntimeError(f"the control hub for job {job} failed to start: {str(e).splitlines()[0]}") from None
     # pid is the driver's: a stale file (driver killed before stop()) names a process that is gone.
-    info = {"url": info["url"], "token": token, "job_id": job, "pid": os.getpid(), **_cluster_identity(ray)}
-    path = write_hub_file(info)
+    # dashboard and session: CLI commands then find this run's cluster, not :8265.
+    node = getattr(ray._private.worker.global_worker, "node", None)
+    record = {"url": url, "token": token, "job_id": job, "pid": os.getpid(), "dashboard": own_dashboard(),
+              "session": getattr(node, "session_name", None)}
+    path = write_hub_file(record)
     gate.install(gate.DriverGate(hub, gate_timeout_s, poll_s))
-    _session.update(info, hub=hub, file=str(path), run=run_id(job))
-    atexit.register(_at_exit)
-    return {"url": info["url"], "token": token, "job_id": job, "file": str(path), "run": run_id(job)}
-
-
-def _cluster_identity(ray) -> dict:
-    """The run's own dashboard and Ray session, so CLI commands find this cluster, not :8265."""
-    out = {}
-    try:
-        url = ray._private.worker.get_dashboard_url()
-        if url:
-            out["dashboard"] = url if url.startswith("http") else f"http://{url}"
-    except Exception:
-        pass
-    try:
-        out["session"] = ray._private.worker.global_worker.node.session_name
-    except Exception:
-        pass
-    return out
+    _session.update(record, hub=hub, file=str(path), run=run_id(job))
+    atexit.register(stop)
+    return info()
 
 
 def stop() -> None:
@@ -85,7 +74,7 @@ def stop() -> None:
         return
     import ray
 
-    from rldbg.control.discovery import remove_hub_file
+    from rldbg.control.discovery import hub_file
 
     gate.install(None)
     hub, job = _session["hub"], _session["job_id"]
@@ -105,7 +94,7 @@ def stop() -> None:
     except Exception:
         pass
     finally:
-        remove_hub_file(job, _session.get("pid"))
+        hub_file(job, _session.get("pid")).unlink(missing_ok=True)
         _session.clear()
 
 
@@ -115,20 +104,8 @@ def hub_handle():
 
 
 def info() -> dict | None:
+    """{url, token, job_id, file, run} of this driver's hub, or None."""
     return {k: _session[k] for k in ("url", "token", "job_id", "file", "run")} if _session else None
-
-
-def _at_exit() -> None:
-    try:
-        stop()
-    except Exception:
-        pass
-
-
-def release(why: str) -> None:
-    """The driver is stopping (a signal): a step gate parked at a pause returns within about a second
-    and stays open from now on. Safe to call from a signal handler; a no-op without a hub."""
-    gate.release(why)
 
 
 __all__ = ["start", "stop", "release", "hub_handle", "info"]

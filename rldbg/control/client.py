@@ -1,18 +1,14 @@
-"""HTTP client for the control hub (stdlib only; the TUI and tests use it).
-
-    hub = HubClient(url, token)          # or HubClient.from_discovery(dashboard_address)
-    hub.state(); hub.events(cursor, limit); hub.gate("arm"); hub.gate("run_to_method", method="update_actor")
-    hub.add_breakpoint("actor.update_actor@rank=1"); hub.heartbeat(); hub.export()
-
-The hub listens on 127.0.0.1 and needs the per-run token (~/.rldbg/hub-<job>.json on the driver's
-machine); failures raise HubError with one line naming the URL and the cause.
+"""HTTP client for the control hub (the TUI's and the tests'): HubClient(url, token) from
+discovery.discover, then state(), events(), gate(action), add_breakpoint(spec), heartbeat(),
+export(). Failures raise HubError with one line naming the URL and the cause.
 """
 from __future__ import annotations
 
 import json
 import urllib.error
 import urllib.parse
-import urllib.request
+
+from rldbg.dashboard import request_json
 
 
 class HubError(RuntimeError):
@@ -29,26 +25,10 @@ class HubClient:
             raise HubError(f"bad hub url {url!r}: expected http://HOST:PORT")
         self.url, self.token, self.timeout, self.client_id = url.rstrip("/"), token, timeout, client_id
 
-    @classmethod
-    def from_discovery(cls, dashboard_address: str | None = None, job_id: str | None = None, **kw) -> "HubClient":
-        from rldbg.control.discovery import discover
-        hubs = [h for h in discover(dashboard_address) if job_id is None or h["job_id"] == job_id]
-        if not hubs:
-            raise HubError("no rldbg hub found" + (f" for job {job_id}" if job_id else "") +
-                           "; start one in the driver with rldbg.control.start()")
-        return cls(hubs[-1]["url"], hubs[-1].get("token"), **kw)
-
     def _request(self, method: str, path: str, body: dict | None = None, params: dict | None = None):
         url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(url, data=data, method=method)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read())
+            return request_json(url, self.token, self.timeout, method, body)
         except urllib.error.HTTPError as e:
             try:
                 detail = json.loads(e.read()).get("error", "")

@@ -1,12 +1,9 @@
-"""A controller that is not the Ray driver: VeRL's TaskRunner actor (main_ppo runs
-RayPPOTrainer.fit() there), an evaluation actor, a task. The controller is wherever worker-group
-calls are made, so such a process joins its job's hub (started by the driver) and honours the
-step gate like the driver does; its call ids are its own, so the hub and the trace's flows never
-confuse its calls with another controller's.
+"""A controller that is not the Ray driver (VeRL's TaskRunner actor, an evaluation actor, a task)
+joins its job's hub and honours the step gate like the driver; its call ids are its own, so the
+hub and the trace's flows never confuse its calls with another controller's.
 
-instrument.call_begin calls due() (one global read and a clock read) while no gate is installed;
-join() looks the hub up by name, at most every RECHECK_S, in processes that are not the driver
-(the driver installs its gate when it starts the hub).
+instrument.call_begin calls due() (a global read and a clock read) while no gate is installed;
+join() looks the hub up at most every RECHECK_S, outside the driver (whose gate comes with start()).
 """
 from __future__ import annotations
 
@@ -59,23 +56,21 @@ def join() -> "itertools.count | None":
 
 
 def _install_gate() -> None:
-    from rldbg.control import gate
+    import ray
 
-    if gate.active() is not None:
+    from rldbg.control import gate
+    from rldbg.control.hub import find_hub
+
+    hub = None if gate.active() is not None else find_hub()
+    if hub is None:
+        return   # a gate already, or no hub in this job (yet): look again later
+    try:
+        g = gate.DriverGate(hub, float(ray.get(hub.info.remote(), timeout=10).get("gate_timeout_s") or 30.0))
+    except Exception:  # noqa: BLE001 - a hub going away counts as none
         return
     try:
-        import ray
-
-        from rldbg.control.hub import NAMESPACE, hub_name
-
-        hub = ray.get_actor(hub_name(ray.get_runtime_context().get_job_id()), namespace=NAMESPACE)
-        info = ray.get(hub.info.remote(), timeout=10)
-    except Exception:
-        return   # no hub in this job (yet): look again later
-    g = gate.DriverGate(hub, float(info.get("gate_timeout_s") or 30.0))
-    try:
         g.refresh()
-    except Exception:
+    except Exception:  # noqa: BLE001
         g.close()
         return
     gate.install(g)

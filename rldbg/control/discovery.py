@@ -7,11 +7,7 @@ job is 01000000), so a run is named `<job_id>-<driver pid>` and hubs are matched
 The dashboard lists hub actors (class ControlHub, repr "rldbg-hub <url> job=<job_id>") but never
 the token.
 
-Which dashboard a CLI command talks to (resolve_dashboard): --address / RAY_DASHBOARD_ADDRESS / an
-http RAY_ADDRESS, else the dashboard recorded in the hub file of a live run on this machine (the
-one --job names, or the only one), else the newest Ray session's dashboard on this machine, else
-http://127.0.0.1:8265. It returns where the answer came from so commands can say which cluster
-they look at.
+Which dashboard a CLI command talks to: resolve_dashboard.
 """
 from __future__ import annotations
 
@@ -26,6 +22,8 @@ from rldbg import switches
 REPR_PREFIX = "rldbg-hub "
 CLASS_NAME = "ControlHub"
 RAY_SESSION_LATEST = "/tmp/ray/session_latest"
+ADDRESS_HELP = ("Ray dashboard URL (default: the run's own cluster: $RAY_DASHBOARD_ADDRESS, a live run's hub file, "
+                "the newest Ray session, else http://127.0.0.1:8265)")
 
 
 class RunChoiceError(ValueError):
@@ -60,13 +58,6 @@ def write_hub_file(info: dict) -> Path:
     return path
 
 
-def remove_hub_file(job_id: str, pid: int | None = None) -> None:
-    try:
-        hub_file(job_id, pid).unlink()
-    except FileNotFoundError:
-        pass
-
-
 def _alive(info: dict) -> bool:
     """False only when the driver is known dead: same host and no such pid."""
     if info.get("host") not in (None, socket.gethostname()) or not info.get("pid"):
@@ -80,8 +71,8 @@ def _alive(info: dict) -> bool:
     return True
 
 
-def read_hub_files(live_only: bool = True) -> list[dict]:
-    """Hub records, oldest first; with live_only, files of drivers that died are skipped."""
+def read_hub_files() -> list[dict]:
+    """Hub records of live drivers, oldest first."""
     out = []
     for p in hub_dir().glob("hub-*.json"):
         try:
@@ -93,7 +84,7 @@ def read_hub_files(live_only: bool = True) -> list[dict]:
             continue
         info.setdefault("run", run_id(info["job_id"], info.get("pid", 0)))
         info["file"], info["mtime"] = str(p), mtime
-        if live_only and not _alive(info):
+        if not _alive(info):
             continue
         out.append(info)
     return sorted(out, key=lambda i: i["mtime"])
@@ -125,16 +116,27 @@ def ray_session_dashboard(session_dir: str = RAY_SESSION_LATEST) -> str | None:
     return None
 
 
+def own_dashboard() -> str | None:
+    """The dashboard of the Ray cluster this process is connected to, or None."""
+    try:
+        import ray
+        url = ray._private.worker.get_dashboard_url()
+    except Exception:  # noqa: BLE001 - not connected, or a Ray without a dashboard
+        return None
+    return (url if url.startswith("http") else f"http://{url}") if url else None
+
+
 def resolve_dashboard(address: str | None = None, job: str | None = None) -> tuple[str, str]:
-    """(dashboard URL, where it came from). Raises RunChoiceError when several live runs on this
-    machine use different dashboards and neither `address` nor `job` picks one."""
-    from rldbg.dashboard import DEFAULT_ADDRESS, resolve_address
+    """(dashboard URL, where it came from, so commands can say which cluster they look at):
+    --address / RAY_DASHBOARD_ADDRESS / an http RAY_ADDRESS, else the dashboard in the hub file of
+    a live run on this machine (the one `job` names, or the only one), else the newest Ray
+    session's, else http://127.0.0.1:8265. RunChoiceError when live runs use different dashboards
+    and nothing picks one."""
+    from rldbg.dashboard import DEFAULT_ADDRESS, env_address, resolve_address
     if address:
         return resolve_address(address), "--address"
-    for var in ("RAY_DASHBOARD_ADDRESS", "RAY_ADDRESS"):
-        value = os.environ.get(var, "").strip()
-        if value and (var == "RAY_DASHBOARD_ADDRESS" or value.startswith(("http://", "https://"))):
-            return resolve_address(None), f"${var}"
+    if env_address():
+        return resolve_address(), f"${env_address()[1]}"
     runs = [r for r in select_runs(read_hub_files(), job) if r.get("dashboard")]
     dashboards = sorted({r["dashboard"] for r in runs})
     if len(dashboards) == 1:
@@ -156,37 +158,33 @@ def hub_repr(url: str, job_id: str) -> str:
 
 def parse_hub_repr(text: str) -> dict | None:
     """'rldbg-hub http://127.0.0.1:5001 job=01000000' -> {url, job_id}; None if not a hub."""
-    if not text or not text.startswith(REPR_PREFIX):
+    parts = text[len(REPR_PREFIX):].split() if text and text.startswith(REPR_PREFIX) else []
+    if not parts:
         return None
-    parts = text[len(REPR_PREFIX):].split()
-    url = parts[0] if parts else None
-    job = next((p[4:] for p in parts[1:] if p.startswith("job=")), None)
-    return {"url": url, "job_id": job} if url else None
+    return {"url": parts[0], "job_id": next((p[4:] for p in parts[1:] if p.startswith("job=")), None)}
 
 
 def discover(dashboard_address: str | None = None, timeout: float = 10.0) -> list[dict]:
-    """Live hubs of one cluster: [{url, job_id, run, token|None, pid?}], via its dashboard; the
+    """Live hubs of one cluster: [{url, job_id, run, token|None, pid (the hub's)}], via its dashboard; the
     token comes from the hub file with the same URL when this machine has it. Raises
     DashboardError (one line) if the dashboard is down or has not answered within `timeout` s."""
     from rldbg.dashboard import Dashboard
 
     files = read_hub_files()
-    by_url = {f.get("url"): f for f in files}
     hubs = []
     for a in Dashboard(dashboard_address, timeout=timeout).actors(detail=True, filters=[("state", "=", "ALIVE")]):
         found = parse_hub_repr(a.get("repr_name") or "")
         if found is None and a.get("class_name") != CLASS_NAME:
             continue
-        found = found or {"url": None, "job_id": a.get("job_id")}
-        f = by_url.get(found["url"]) if found["url"] else None
-        if f is None and found["url"] is None:
-            # An old hub without a repr: a file is only trusted when its job id is unique.
-            same = [x for x in files if x.get("job_id") == found["job_id"]]
-            f = same[0] if len(same) == 1 else None
-        f = f or {}
-        hubs.append({"url": found["url"] or f.get("url"), "job_id": found["job_id"], "token": f.get("token"),
-                     "run": f.get("run") or found["job_id"], "driver_pid": f.get("pid"),
-                     "pid": a.get("pid"), "actor_id": a.get("actor_id")})
+        if found is None:
+            # A hub whose repr the dashboard does not show (yet): its file is only trusted when
+            # no other run shares its job id.
+            same = [f for f in files if f.get("job_id") == a.get("job_id")]
+            f = same[0] if len(same) == 1 else {}
+            found = {"url": f.get("url"), "job_id": a.get("job_id")}
+        else:
+            f = next((f for f in files if f.get("url") == found["url"]), {})
+        hubs.append({**found, "token": f.get("token"), "run": f.get("run") or found["job_id"], "pid": a.get("pid")})
     return hubs
 
 

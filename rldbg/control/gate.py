@@ -1,10 +1,5 @@
-"""Driver-side step gate: the two pause points of every worker-group call.
-
-    gate.before_dispatch(call, shards)        # after the batch is split, before it goes to ranks
-    gate.after_collect(call, result_summary)  # after the results are merged
-                                              # (both return True if they paused)
-    gate.set_step(n)                          # the trainer's step (from instrument.step)
-    gate.current_specs()                      # (version, [spec, ...]) to push to workers
+"""Driver-side step gate: the two pause points of every worker-group call, before_dispatch (after
+the batch is split, before it goes to ranks) and after_collect (after the results are merged).
 
 With no hub (rldbg.control.start() not called) each is one global read. With a hub but the gate
 disarmed each is a counter bump and an attribute store (< 1 µs): a background thread polls the
@@ -41,19 +36,13 @@ class DriverGate:
     def before_dispatch(self, call, shards=None) -> bool:
         self.calls_seen += 1
         self._point = ("before_dispatch", call, shards)
-        if self.armed:
-            self._pause()
-            return True
-        return False
+        return self.armed and self._pause()
 
     def after_collect(self, call, result_summary=None) -> bool:
         self.calls_done += 1
         self._point = ("after_collect", call, None)
         self._result = (call, result_summary)
-        if self.armed:
-            self._pause()
-            return True
-        return False
+        return self.armed and self._pause()
 
     # ---- slow path ---------------------------------------------------------------------
     def _report(self) -> dict:
@@ -68,7 +57,8 @@ class DriverGate:
         if v != self.specs[0]:
             self.specs = (v, list(reply.get("specs") or []))
 
-    def _pause(self) -> None:
+    def _pause(self) -> bool:
+        """Park at the newest pause point until the hub lets the driver go, or is gone; True."""
         import ray
 
         self.pauses += 1
@@ -78,22 +68,22 @@ class DriverGate:
         while self.hub_alive:
             if self.released:
                 self._give_up(self.released)
-                return
+                break
             try:
                 reply = ray.get(self.hub.wait_turn.remote(call, report, 1.0), timeout=self.poll_s + 5.0)
             except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
                 if time.monotonic() - quiet_since > self.timeout_s:
                     self._give_up(f"hub silent for {self.timeout_s:g} s")
-                    return
                 continue
             except Exception as e:   # RayActorError and friends: the hub is gone
                 self._give_up(f"hub gone ({type(e).__name__})")
-                return
+                break
             quiet_since = time.monotonic()
             self._apply(reply)
             if reply.get("go"):
-                return
+                break
             report = None   # sent once; the next asks only re-park
+        return True
 
     def refresh(self, timeout_s: float = 10.0) -> None:
         """Learn armed + specs from the hub now (a gate installed mid-run must not let its first
@@ -126,32 +116,23 @@ class DriverGate:
         self._thread.join(timeout=self.poll_s + 6.0)
 
 
-def _get(call, name, default=None):
-    if isinstance(call, dict):
-        return call.get(name, default)
-    tag = getattr(call, "tag", None)   # rldbg.instrument.Call: tag carries flow id, group, method, step
-    if tag is not None and hasattr(tag, name if name != "id" else "flow_id"):
-        return getattr(tag, name if name != "id" else "flow_id")
-    return getattr(call, name, default)
-
-
 def _call_dict(phase: str, call, shards) -> dict:
-    return {"id": _get(call, "id"), "group": _get(call, "group"), "method": _get(call, "method"),
-            "mode": _get(call, "mode"), "world": _get(call, "world"), "step": _get(call, "step"),
-            "phase": phase, "shards": list(shards) if shards is not None else None}
+    """A pause point as the hub and the TUI see it; `call` is an rldbg.instrument.Call."""
+    tag = call.tag
+    return {"id": tag.flow_id, "group": tag.group, "method": tag.method, "mode": call.mode, "world": call.world,
+            "step": tag.step, "phase": phase, "shards": list(shards) if shards is not None else None}
 
 
 def _result_dict(call, summary) -> dict:
     s = summary if isinstance(summary, dict) else {}
-    return {"id": _get(call, "id"), "group": _get(call, "group"), "method": _get(call, "method"),
-            "step": _get(call, "step"), "rows": s.get("rows"), "keys": s.get("keys") or [],
-            "metrics": s.get("metrics") or {}}
+    return {"id": call.tag.flow_id, "group": call.tag.group, "method": call.tag.method, "step": call.tag.step,
+            "rows": s.get("rows"), "keys": s.get("keys") or [], "metrics": s.get("metrics") or {}}
 
 
 # ---- module-level hooks the seam calls ------------------------------------------------
 def before_dispatch(call, shards=None) -> bool:
-    """Pause point 1. call: an rldbg.instrument.Call (or a dict with id, group, method, mode,
-    world, step); shards: per-rank summaries {"rows", "keys": [...]} or None. True if it paused."""
+    """Pause point 1. call: an rldbg.instrument.Call; shards: per-rank summaries {"rows", "keys": [...]}
+    or None. True if it paused."""
     g = _gate
     return g.before_dispatch(call, shards) if g is not None else False
 

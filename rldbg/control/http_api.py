@@ -116,10 +116,7 @@ def serve(hub, host: str, port: int, token: str):
                       "/api/heartbeat": lambda b: hub.heartbeat(b.get("client", "?")),
                       "/api/export": lambda b: hub.export(b.get("path"))}
             route = routes.get(path)
-            if route is None:
-                self._run(lambda: _no_route("POST", path))
-            else:
-                self._run(lambda: route(self._body()))
+            self._run(lambda: route(self._body()) if route else _no_route("POST", path))
 
     server = _Server((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="rldbg-hub-http", daemon=True).start()
@@ -145,9 +142,7 @@ def _int(q: dict, key: str, default: int) -> int:
 
 def _opt_int(body: dict, key: str):
     v = body.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
         raise ValueError(f"{key}={v!r} must be an integer")
     return v
 
@@ -160,10 +155,9 @@ def _str(body: dict, key: str) -> str:
 
 
 def _breakpoints(hub, body: dict) -> list[str]:
-    if "add" in body:
-        return hub.add_breakpoint(_str(body, "add"))
-    if "remove" in body:
-        return hub.remove_breakpoint(_str(body, "remove"))
+    for key in ("add", "remove"):
+        if key in body:
+            return hub.breakpoints(**{key: _str(body, key)})
     if not body:
-        return [s.text for s in hub.specs.list()]
+        return hub.breakpoints()
     raise ValueError(f"expected {{\"add\": spec}} or {{\"remove\": spec}}, got keys {sorted(body)}")

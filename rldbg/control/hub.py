@@ -1,42 +1,49 @@
 """The control hub: one Ray actor per job holding the step gate, live breakpoint specs,
 breakpoint hits and the driver's progress, and serving them over HTTP to `rldbg top`.
 
-Named f"rldbg-hub-{job_id}" in namespace "rldbg"; its repr is f"rldbg-hub {url} job={job_id}"
-so a process without Ray finds it through the dashboard alone (/api/v0/actors repr_name).
-The HTTP API (http_api.py) listens on 127.0.0.1 by default and every request needs the per-run
-bearer token; nothing here is reachable from another machine unless `host` says so.
+Named f"rldbg-hub-{job_id}" in namespace "rldbg"; its repr (discovery.hub_repr) lets a process
+without Ray find it through the dashboard alone. The HTTP API (http_api.py) listens on 127.0.0.1
+by default and needs the per-run bearer token.
 
 Gate (pause points are BEFORE each dispatch and AFTER each collect of a worker-group call):
     off            disarmed; the driver does not even ask the hub (it polls the flag ~4x/s)
     step           armed; stop at every pause point
     run_to_method  armed; pass until before_dispatch of a call whose method == target, then `step`
     run_to_step    armed; pass until before_dispatch of a call whose step > target, then `step`
-    free           reserved (never set here): a TUI may show it for "armed but running"
 An armed gate with no heartbeat/gate action for timeout_s disarms itself: a killed TUI never
 wedges a run.
 """
 from __future__ import annotations
 
 import collections
+import re
 import threading
 import time
 
-from rldbg.debug.specs import SpecSet, parse
+from rldbg.debug.specs import SpecSet
 
 NAMESPACE = "rldbg"
 NAME_PREFIX = "rldbg-hub-"
-MODES = ("off", "step", "run_to_method", "run_to_step", "free")
 
 
 def hub_name(job_id: str) -> str:
     return f"{NAME_PREFIX}{job_id}"
 
 
+def find_hub():
+    """This job's hub actor, looked up from a process of the job; None when it has none (yet)."""
+    try:
+        import ray
+        if not ray.is_initialized():
+            return None
+        return ray.get_actor(hub_name(ray.get_runtime_context().get_job_id()), namespace=NAMESPACE)
+    except Exception:  # noqa: BLE001 - no hub, or Ray going away
+        return None
+
+
 class ControlHub:
     def __init__(self, job_id: str, token: str, host: str = "127.0.0.1", port: int = 0,
                  gate_timeout_s: float = 30.0):
-        if gate_timeout_s <= 0:
-            raise ValueError(f"gate_timeout_s={gate_timeout_s!r} must be > 0")
         from rldbg.control.http_api import serve
 
         self.job_id = job_id
@@ -132,8 +139,7 @@ class ControlHub:
         self.cond.notify_all()
 
     def _gate_reply(self) -> dict:
-        return {"armed": self.armed, "specs_version": self.specs.version,
-                "specs": [s.text for s in self.specs.list()]}
+        return {"armed": self.armed, "specs_version": self.specs.version, "specs": self.specs.texts()}
 
     # ---- TUI side (HTTP handlers call these) -------------------------------------------
     def heartbeat(self, client: str = "?") -> dict:
@@ -150,9 +156,7 @@ class ControlHub:
             elif action in ("disarm", "continue"):
                 self._disarm(f"{action} requested")
             elif action == "step":
-                if not self.armed:
-                    self.armed = True
-                self.mode, self.target = "step", None
+                self.armed, self.mode, self.target = True, "step", None
                 self._release()
             elif action == "run_to_method":
                 if not method or not isinstance(method, str):
@@ -173,9 +177,8 @@ class ControlHub:
             return self.gate_state()
 
     def _current_step(self):
-        if self.pending is not None and self.pending.get("step") is not None:
-            return self.pending["step"]
-        return self.step
+        pending_step = (self.pending or {}).get("step")
+        return pending_step if pending_step is not None else self.step
 
     def _release(self) -> None:
         if self.pending_key is not None:
@@ -193,14 +196,13 @@ class ControlHub:
                     "disarm_reason": self.disarm_reason,
                     "heartbeat_age_s": (time.time() - self.last_beat) if self.last_beat else None}
 
-    def add_breakpoint(self, text: str) -> list[str]:
-        parse(text)   # raises SpecError (one line) for a bad spec
-        self.specs.add(text)
-        return [s.text for s in self.specs.list()]
-
-    def remove_breakpoint(self, text: str) -> list[str]:
-        self.specs.remove(text)
-        return [s.text for s in self.specs.list()]
+    def breakpoints(self, add: str | None = None, remove: str | None = None) -> list[str]:
+        """Add or remove one spec (SpecError, one line, for a bad one); returns the specs now."""
+        if add is not None:
+            self.specs.add(add)
+        if remove is not None:
+            self.specs.remove(remove)
+        return self.specs.texts()
 
     # ---- breakpoint hits reported by workers (control.notify) --------------------------
     def breakpoint_hit(self, entry: dict) -> None:
@@ -213,29 +215,22 @@ class ControlHub:
             self.paused.pop((pid, thread), None)
 
     # ---- trace store --------------------------------------------------------------------
-    def collector(self):
-        """A connection to this job's trace collector (in the driver, trace/server.py), or None
-        when tracing is off (looked up again each time it is missing, since tracing may start
-        after the hub)."""
-        if self._collector is None:
-            from rldbg.trace import address
-            try:
-                entry = address.find(self.job_id)
-                self._collector = address.connect(entry, timeout=10.0) if entry else None
-            except ConnectionError:
-                return None
-        return self._collector
-
     def _ask_collector(self, method: str, *args, timeout: float = 10.0):
+        """`method` of this job's trace collector (in the driver, trace/server.py), or None when
+        tracing is off (looked up again each time: tracing may start after the hub)."""
+        from rldbg.trace import address
         with self._collector_lock:
-            c = self.collector()
-            if c is None:
-                return None
             try:
-                c.settimeout(timeout)
-                return c.call(method, *args)
+                if self._collector is None:
+                    entry = address.find(self.job_id)
+                    self._collector = address.connect(entry, timeout=10.0) if entry else None
+                if self._collector is None:
+                    return None
+                self._collector.settimeout(timeout)
+                return self._collector.call(method, *args)
             except ConnectionError:
-                c.close()
+                if self._collector is not None:
+                    self._collector.close()
                 self._collector = None   # tracing stopped; a later start() publishes a new one
                 return None
 
@@ -254,7 +249,7 @@ class ControlHub:
             return {"job_id": self.job_id, "step": self.step,
                     "trace": {"enabled": cfg is not None, "path": (cfg or {}).get("trace_path")},
                     "gate": self.gate_state(), "calls_done": self.calls_done,
-                    "breakpoints": {"specs": [s.text for s in self.specs.list()],
+                    "breakpoints": {"specs": self.specs.texts(),
                                     "paused": list(self.paused.values()), "hits": list(self.hits)[-20:]},
                     "stats": {"trace": cstats, "driver": self.driver.get("stats", {}),
                               "hub": {"uptime_s": time.time() - self.started, "url": self.url,
@@ -270,9 +265,7 @@ class ControlHub:
             raise LookupError(f"this run keeps only its last {cfg.get('window')} steps (trace.window) and writes "
                               "nothing until a trigger: `rldbg dump` writes that window now")
         if not path:
-            base = cfg.get("trace_path") or "rldbg-trace.json.gz"
-            for ext in (".json.gz", ".json"):
-                base = base[: -len(ext)] if base.endswith(ext) else base
+            base = re.sub(r"\.json(\.gz)?$", "", cfg.get("trace_path") or "rldbg-trace.json.gz")
             path = f"{base}.snapshot-{time.strftime('%Y%m%d-%H%M%S')}.json.gz"
         out = export_spill(stats["spill_dir"], path)   # reads the live spill; the run goes on
         return {"path": out.get("path", path), "events": out.get("events")}

@@ -1,52 +1,30 @@
-"""Worker side: tell this job's hub that a breakpoint paused or resumed (for /api/state
-"breakpoints.paused"/"hits"). Fire-and-forget: never blocks or fails the paused call, and costs
-one failed name lookup every RETRY_S when no hub runs.
-
-rldbg.debug.breakpoints calls these around each pause and debugger stop. The handle is
-cached for the process's life: a hub restarted in the same job is not seen by a worker that
-already found the old one (its notes go nowhere; nothing fails)."""
+"""Worker side: tell this job's hub that a breakpoint paused or resumed (/api/state "breakpoints").
+Fire-and-forget: never blocks or fails the paused call; costs one failed lookup every RETRY_S when
+no hub runs. A hub restarted in the same job is not seen by a worker that found the old one."""
 from __future__ import annotations
 
 import time
 
 RETRY_S = 10.0
-_cache = {"hub": None, "looked": 0.0}
+_cache = {"hub": None, "looked": float("-inf")}
 
 
-def _hub():
-    if _cache["hub"] is not None:
-        return _cache["hub"]
-    now = time.monotonic()
-    if _cache["looked"] and now - _cache["looked"] < RETRY_S:
-        return None
-    _cache["looked"] = now
+def _send(method: str, *args) -> None:
+    if _cache["hub"] is None and time.monotonic() - _cache["looked"] >= RETRY_S:
+        from rldbg.control.hub import find_hub
+        _cache["looked"] = time.monotonic()
+        _cache["hub"] = find_hub()
+    if _cache["hub"] is None:
+        return
     try:
-        import ray
-
-        from rldbg.control.hub import NAMESPACE, hub_name
-        if not ray.is_initialized():
-            return None
-        _cache["hub"] = ray.get_actor(hub_name(ray.get_runtime_context().get_job_id()), namespace=NAMESPACE)
-    except Exception:
-        return None
-    return _cache["hub"]
+        getattr(_cache["hub"], method).remote(*args)
+    except Exception:  # noqa: BLE001 - the hub went away: look it up again later
+        _cache["hub"] = None
 
 
 def notify_pause(entry: dict) -> None:
-    hub = _hub()
-    if hub is None:
-        return
-    try:
-        hub.breakpoint_hit.remote({k: v for k, v in entry.items() if isinstance(v, (str, int, float, type(None)))})
-    except Exception:
-        _cache["hub"] = None
+    _send("breakpoint_hit", {k: v for k, v in entry.items() if isinstance(v, (str, int, float, type(None)))})
 
 
 def notify_resume(entry: dict) -> None:
-    hub = _hub()
-    if hub is None:
-        return
-    try:
-        hub.breakpoint_resumed.remote(entry.get("pid"), entry.get("thread"))
-    except Exception:
-        _cache["hub"] = None
+    _send("breakpoint_resumed", entry.get("pid"), entry.get("thread"))

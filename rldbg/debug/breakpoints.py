@@ -5,23 +5,20 @@ post-mortem pauses, all over Ray's debugpy integration.
     rldbg.breakpoint(role="critic", step=3)  pause the critic at step 3
     rldbg.breakpoint(when=lambda: loss > 10) a callable or a bool
 
-Each pause opens (once per worker) a debugpy listener, shows up in
-`rldbg breakpoints`, the dashboard and VS Code's Ray Distributed Debugger, and
-waits for a client. The stop is reported in the caller's frame, at the line after
-the call (like pdb's breakpoint()). Plain `breakpoint()` keeps Ray's behaviour.
+Each pause opens (once per worker) a debugpy listener, shows up in `rldbg breakpoints`, the
+dashboard and VS Code's Ray Distributed Debugger, and waits for a client; the stop is reported in
+the caller's frame. Plain `breakpoint()` keeps Ray's behaviour.
 """
 from __future__ import annotations
 
-import collections
 import os
 import sys
 import threading
 import time
-import traceback as _tb
 
 from rldbg.context import current
 from rldbg.debug import debugpy_port
-from rldbg.debug.specs import Spec, SpecSet, from_env, matches
+from rldbg.debug.specs import Spec, SpecSet, from_env, matches, role_matches
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import instant_event
 
@@ -31,23 +28,16 @@ from rldbg.switches import POST_MORTEM as POST_MORTEM_ENV
 # Frames we step out of to reach the user's code.
 _INTERNAL_MODULES = ("rldbg.api", "rldbg.instrument", "rldbg.debug.", "contextlib")
 
-# What is paused in this process right now, and recent hits. The control hub
-# reads these; keys are thread idents.
+# What is paused in this process right now, by thread ident (the job's hub hears of each pause
+# through control.notify; a debugger client reads this one in the worker).
 _lock = threading.Lock()
 _paused: dict[int, dict] = {}
-_hits: collections.deque = collections.deque(maxlen=100)
 
 
 def paused() -> list[dict]:
     """Pauses in this process still waiting for a debugger client."""
     with _lock:
         return [dict(v) for v in _paused.values()]
-
-
-def hits() -> list[dict]:
-    """The last 100 breakpoint hits in this process (waiting or not)."""
-    with _lock:
-        return [dict(v) for v in _hits]
 
 
 def _user_frame(frame):
@@ -62,58 +52,50 @@ def _user_frame(frame):
 def _filter_ok(want, have) -> bool:
     if want is None:
         return True
-    if isinstance(want, (list, tuple, set, frozenset, range)):
-        return have in want
-    return have == want
-
-
-def _role_ok(want, have: str) -> bool:
-    if want is None:
-        return True
-    wanted = [want] if isinstance(want, str) else list(want)
-    parts = set((have or "").split("+")) | {have}
-    return any(w in parts for w in wanted)
-
-
-def should_pause(role=None, rank=None, step=None, when=None) -> bool:
-    ctx = current()
-    if not (_role_ok(role, ctx.role) and _filter_ok(rank, ctx.rank) and _filter_ok(step, ctx.step)):
-        return False
-    if callable(when):
-        return bool(when())
-    return True if when is None else bool(when)
+    return have in want if isinstance(want, (list, tuple, set, frozenset, range)) else have == want
 
 
 def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001
     """Pause here when the current rldbg context matches every given filter.
     role: a name or list; rank/step: an int or a collection; when: bool or callable."""
-    if not should_pause(role, rank, step, when):
-        return
-    frame = _user_frame(sys._getframe(1))
-    _pause(frame, reason="breakpoint")
-
-
-def _record(frame, reason: str, extra: dict) -> dict:
     ctx = current()
-    entry = {
-        "reason": reason,
-        "file": frame.f_code.co_filename if frame else None,
-        "line": frame.f_lineno if frame else None,
-        "function": frame.f_code.co_name if frame else None,
-        "role": ctx.role,
-        "rank": ctx.rank,
-        "step": ctx.step,
-        "method": ctx.method,
-        "pid": os.getpid(),
-        "thread": threading.get_ident(),
-        "since": time.time(),
-        **extra,
-    }
+    roles = [role] if isinstance(role, str) else role
+    if roles is not None and not any(role_matches(r, ctx.role or "") for r in roles):
+        return
+    if not (_filter_ok(rank, ctx.rank) and _filter_ok(step, ctx.step)):
+        return
+    if not (when is None or (when() if callable(when) else when)):
+        return
+    _pause(_user_frame(sys._getframe(1)), reason="breakpoint")
+
+
+def _hold(frame, reason: str, **extra) -> dict:
+    """Note a stop in `frame`: paused(), the job's hub (control.notify) and the trace see it."""
+    ctx = current()
+    entry = {"reason": reason, "file": frame.f_code.co_filename if frame else None,
+             "line": frame.f_lineno if frame else None, "function": frame.f_code.co_name if frame else None,
+             "role": ctx.role, "rank": ctx.rank, "step": ctx.step, "method": ctx.method, "pid": os.getpid(),
+             "thread": threading.get_ident(), "since": time.time(), **extra}
     if _rt.STATE.on or _rt.lookup():
-        _rt.emit(instant_event("user", "breakpoint", time.time_ns(), ctx.role, ctx.rank, ctx.step, ctx.method,
-                               {"file": entry["file"], "line": entry["line"], "role": ctx.role, "rank": ctx.rank,
-                                "step": ctx.step, "method": ctx.method, "reason": reason}))
+        args = {k: entry[k] for k in ("file", "line", "role", "rank", "step", "method", "reason")}
+        _rt.emit(instant_event("user", "breakpoint", time.time_ns(), ctx.role, ctx.rank, ctx.step, ctx.method, args))
+    with _lock:
+        _paused[entry["thread"]] = entry
+    _notify("notify_pause", entry)
     return entry
+
+
+def release_stop(entry: dict) -> None:
+    with _lock:
+        if _paused.get(entry["thread"]) is entry:
+            del _paused[entry["thread"]]
+    _notify("notify_resume", entry)
+
+
+def _notify(name: str, entry: dict) -> None:
+    # The job's control hub (TUI, /api/state) hears of the stop; fire-and-forget, never raises.
+    from rldbg.control import notify
+    getattr(notify, name)(entry)
 
 
 def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
@@ -121,11 +103,7 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
         _pause_without_ray(frame, reason)
         return
     host, port = debugpy_port.ensure_listening()
-    entry = _record(frame, reason, {"host": host, "port": port, "spec": spec.text if spec else None})
-    with _lock:
-        _hits.append(entry)
-        _paused[entry["thread"]] = entry
-    _notify("notify_pause", entry)
+    entry = _hold(frame, reason, host=host, port=port, spec=spec.text if spec else None)
     where = f"{entry['file']}:{entry['line']}"
     who = f"{entry['role']} rank {entry['rank']}" + (f" step {entry['step']}" if entry["step"] is not None else "")
     try:
@@ -134,9 +112,7 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
             f"(rldbg attach {host}:{port}, or VS Code's Ray Distributed Debugger)"
         )
     finally:
-        with _lock:
-            _paused.pop(entry["thread"], None)
-        _notify("notify_resume", entry)
+        release_stop(entry)
     if exc_info is not None:
         debugpy_port.stop_on_exception(exc_info)
     else:
@@ -146,7 +122,7 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
 
 # --- stops that did not come through rldbg.breakpoint() ----------------------------
 # A client's own breakpoint (listen mode) stops inside pydevd; rldbg.debug.listen reports
-# it here so hits() / paused() and the trace show it like any other breakpoint.
+# it here so paused(), the hub and the trace show it like any other breakpoint.
 _own_stop = threading.local()  # the frame rldbg itself is about to stop in (not reported twice)
 
 
@@ -154,28 +130,7 @@ def record_external_stop(frame, reason: str, thread_ident: int) -> dict | None:
     if getattr(_own_stop, "frame", None) is frame:
         _own_stop.frame = None
         return None
-    entry = _record(frame, reason, {"thread": thread_ident})
-    with _lock:
-        _hits.append(entry)
-        _paused[thread_ident] = entry
-    _notify("notify_pause", entry)
-    return entry
-
-
-def clear_external_stop(entry: dict) -> None:
-    with _lock:
-        if _paused.get(entry["thread"]) is entry:
-            del _paused[entry["thread"]]
-    _notify("notify_resume", entry)
-
-
-def _notify(name: str, entry: dict) -> None:
-    # The job's control hub (TUI, /api/state) hears of the stop; fire-and-forget, never raises.
-    try:
-        from rldbg.control import notify
-        getattr(notify, name)(entry)
-    except Exception:  # noqa: BLE001
-        pass
+    return _hold(frame, reason, thread=thread_ident)
 
 
 def _pause_without_ray(frame, reason: str) -> None:
@@ -200,13 +155,10 @@ def active_specs() -> SpecSet:
 
 
 def set_active_specs(specs) -> None:
-    """Replace the pushed specs: a SpecSet, its JSON, or a list of spec strings."""
-    if isinstance(specs, str):
-        specs = SpecSet.from_json(specs)
-    elif not isinstance(specs, SpecSet):
-        specs = SpecSet(specs)
+    """Replace the pushed specs with `specs` (spec strings; all parsed before any is replaced)."""
+    parsed = SpecSet(specs).list()
     _active.clear()
-    for s in specs.list():
+    for s in parsed:
         _active.add(s)
 
 
@@ -244,11 +196,6 @@ def check_method_entry(role: str, rank: int, method: str, step: int | None = Non
 
 
 # --- post-mortem --------------------------------------------------------------
-def post_mortem_enabled() -> bool:
-    """RAY_DEBUG_POST_MORTEM=1 (Ray's switch) or RLDBG_POST_MORTEM=1."""
-    return os.environ.get(RAY_POST_MORTEM) == "1" or os.environ.get(POST_MORTEM_ENV) == "1"
-
-
 def post_mortem(exc: BaseException) -> bool:
     """Pause on `exc` (inside its except block) for a debugger to attach; the client
     sees the raising frame. Returns True if it paused. With RAY_DEBUG_POST_MORTEM=1
@@ -278,18 +225,3 @@ class post_mortem_guard:
         if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
             post_mortem(exc)
         return False
-
-
-def format_remote_error(role: str, rank: int, method: str, step, exc_or_tb) -> str:
-    """Message for the trainer's RemoteWorkerError: who failed, then the remote
-    traceback (an exception, a traceback string, or a RayTaskError)."""
-    if isinstance(exc_or_tb, BaseException):
-        text = str(exc_or_tb) if type(exc_or_tb).__name__.startswith("RayTaskError") else "".join(
-            _tb.format_exception(type(exc_or_tb), exc_or_tb, exc_or_tb.__traceback__))
-    else:
-        text = str(exc_or_tb)
-    where = f"{role} rank {rank}, method {method}" + (f", step {step}" if step is not None else "")
-    hint = "" if post_mortem_enabled() else (
-        "\n(set RAY_DEBUG_POST_MORTEM=1 or RLDBG_POST_MORTEM=1 to pause the worker at the "
-        "exception and attach with `rldbg attach`)")
-    return f"{where} failed:\n{text.rstrip()}{hint}"

@@ -1,13 +1,8 @@
-"""A Debug Adapter Protocol client over TCP, for debugpy listeners in Ray workers.
+"""A Debug Adapter Protocol client over TCP, for debugpy listeners in Ray workers (`rldbg attach`).
 
-Used by `rldbg attach` and by the tests. The attach order matters with debugpy
-(verified): initialize -> attach -> wait for the `initialized` EVENT -> breakpoints
--> configurationDone -> only then does the attach RESPONSE arrive. Waiting for the
-attach response before configurationDone deadlocks, so attach() sends the request
-and collects its response last.
-
-Security: debugpy has no authentication. Whoever reaches the port runs arbitrary
-code in the worker, which is why rldbg keeps listeners on 127.0.0.1 by default.
+The attach order matters with debugpy: initialize -> attach -> wait for the `initialized` EVENT ->
+breakpoints -> configurationDone -> only then does the attach RESPONSE arrive. Waiting for that
+response before configurationDone deadlocks, so attach() collects it last.
 """
 from __future__ import annotations
 
@@ -46,35 +41,24 @@ class DAPClient:
         self._reader.start()
         return self
 
-    def attach(self, exception_filters=("uncaught",), breakpoints: dict | None = None,
-               skip_ray: bool = True) -> dict:
+    def attach(self, exception_filters=("uncaught",), breakpoints: dict | None = None) -> dict:
         """Connect (if needed) and run the attach handshake. `breakpoints` maps a
-        source path to a list of lines (or {line, condition} dicts). skip_ray:
-        stepping does not enter Ray's own modules (actor methods called via self go
-        through Ray's tracing wrapper). Returns the initialize capabilities."""
+        source path to a list of lines (or {line, condition} dicts). Returns the
+        initialize capabilities."""
         if self._sock is None:
             self.connect()
-        caps = self.request(
-            "initialize",
-            {
-                "clientID": "rldbg",
-                "adapterID": "debugpy",
-                "pathFormat": "path",
-                "linesStartAt1": True,
-                "columnsStartAt1": True,
-                "supportsRunInTerminalRequest": False,
-            },
-        )
-        # justMyCode must be off: with it on, a stop inside library-looking code
-        # (site-packages, Ray workers) is never reported.
-        args = {"justMyCode": False, "subProcess": False}
-        if skip_ray:
-            args["rules"] = [{"module": "ray", "include": False}]
-        attach_seq = self.send_request("attach", args)
+        caps = self.request("initialize", {"clientID": "rldbg", "adapterID": "debugpy", "pathFormat": "path",
+                                           "linesStartAt1": True, "columnsStartAt1": True,
+                                           "supportsRunInTerminalRequest": False})
+        # justMyCode must be off: with it on, a stop inside library-looking code (site-packages, Ray
+        # workers) is never reported. Stepping skips Ray's own modules (actor methods called via
+        # self go through Ray's tracing wrapper).
+        attach_seq = self.send_request("attach", {"justMyCode": False, "subProcess": False,
+                                                  "rules": [{"module": "ray", "include": False}]})
         self.wait_event("initialized", self.timeout, context="after attach")
         for path, lines in (breakpoints or {}).items():
             self.set_breakpoints(path, lines)
-        self.set_exception_breakpoints(list(exception_filters))
+        self.request("setExceptionBreakpoints", {"filters": list(exception_filters)})
         self.request("configurationDone")
         self.response(attach_seq, "attach")
         return caps or {}
@@ -118,33 +102,27 @@ class DAPClient:
                 raise DAPError(f"connection to {self.host}:{self.port} lost ({e})") from None
 
     def _read_loop(self) -> None:
-        buf = b""
+        stream = self._sock.makefile("rb")
         try:
             while not self._closed.is_set():
                 # Headers end at a blank line; only Content-Length is meaningful.
-                while b"\r\n\r\n" not in buf:
-                    chunk = self._sock.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                header, buf = buf.split(b"\r\n\r\n", 1)
                 length = None
-                for line in header.split(b"\r\n"):
+                while (line := stream.readline()).strip():
                     name, _, value = line.partition(b":")
                     if name.strip().lower() == b"content-length":
                         length = int(value.strip())
+                if not line:
+                    return
                 if length is None:
-                    raise DAPError(f"DAP frame without Content-Length: {header[:100]!r}")
-                while len(buf) < length:
-                    chunk = self._sock.recv(max(65536, length - len(buf)))
-                    if not chunk:
-                        return
-                    buf += chunk
-                body, buf = buf[:length], buf[length:]
+                    raise DAPError(f"DAP frame without Content-Length: {line[:100]!r}")
+                body = stream.read(length)
+                if len(body) < length:
+                    return
                 self._dispatch(json.loads(body))
         except (OSError, ValueError, DAPError):
             return
         finally:
+            stream.close()
             self._closed.set()
             self.events.put({"type": "event", "event": "_closed", "body": {}})
             with self._pending_lock:
@@ -171,10 +149,8 @@ class DAPClient:
             seq = self._seq
         with self._pending_lock:
             self._pending[seq] = queue.Queue()
-        msg = {"seq": seq, "type": "request", "command": command}
-        if arguments is not None:
-            msg["arguments"] = arguments
-        self._send(msg)
+        self._send({"seq": seq, "type": "request", "command": command,
+                    **({"arguments": arguments} if arguments is not None else {})})
         return seq
 
     def response(self, seq: int, command: str, timeout: float | None = None) -> dict:
@@ -232,22 +208,13 @@ class DAPClient:
         return body
 
     # --- inspection ------------------------------------------------------
-    def set_breakpoints(self, path: str, lines, condition: str | None = None) -> list[dict]:
-        """Replace the breakpoints of one file. `lines`: ints, or dicts {line, condition};
-        `condition` applies to the plain ints. An empty list clears the file."""
-        bps = []
-        for n in lines:
-            item = dict(n) if isinstance(n, dict) else {"line": int(n)}
-            cond = item.get("condition", condition)
-            bps.append({"line": int(item["line"]), **({"condition": cond} if cond else {})})
+    def set_breakpoints(self, path: str, lines) -> list[dict]:
+        """Replace the breakpoints of one file. `lines`: ints, or dicts {line, condition}. An empty
+        list clears the file."""
+        bps = [{"line": int(n["line"]), **({"condition": n["condition"]} if n.get("condition") else {})}
+               if isinstance(n, dict) else {"line": int(n)} for n in lines]
         body = self.request("setBreakpoints", {"source": {"path": str(path)}, "breakpoints": bps})
         return body.get("breakpoints", [])
-
-    def set_exception_breakpoints(self, filters) -> dict:
-        return self.request("setExceptionBreakpoints", {"filters": list(filters)})
-
-    def threads(self) -> list[dict]:
-        return self.request("threads").get("threads", [])
 
     def stack_trace(self, thread_id: int | None = None, levels: int = 100) -> list[dict]:
         tid = self._thread(thread_id)
@@ -260,10 +227,8 @@ class DAPClient:
         return self.request("variables", {"variablesReference": reference}).get("variables", [])
 
     def evaluate(self, expression: str, frame_id: int | None = None, context: str = "repl") -> dict:
-        args = {"expression": expression, "context": context}
-        if frame_id is not None:
-            args["frameId"] = frame_id
-        return self.request("evaluate", args)
+        frame = {"frameId": frame_id} if frame_id is not None else {}
+        return self.request("evaluate", {"expression": expression, "context": context, **frame})
 
     def _thread(self, thread_id: int | None) -> int:
         tid = thread_id if thread_id is not None else self.stopped_thread
@@ -272,21 +237,9 @@ class DAPClient:
         return tid
 
     # --- execution -------------------------------------------------------
-    def continue_(self, thread_id: int | None = None) -> dict:
-        return self.request("continue", {"threadId": self._thread(thread_id)})
-
-    def next(self, thread_id: int | None = None) -> dict:
-        return self.request("next", {"threadId": self._thread(thread_id)})
-
-    def step_in(self, thread_id: int | None = None) -> dict:
-        return self.request("stepIn", {"threadId": self._thread(thread_id)})
-
-    def step_out(self, thread_id: int | None = None) -> dict:
-        return self.request("stepOut", {"threadId": self._thread(thread_id)})
-
-    def pause(self, thread_id: int | None = None) -> dict:
-        tid = thread_id if thread_id is not None else (self.stopped_thread or 0)
-        return self.request("pause", {"threadId": tid})
+    def resume(self, how: str = "continue", thread_id: int | None = None) -> dict:
+        """how: continue | next (step over) | stepIn | stepOut, for the stopped thread (or thread_id)."""
+        return self.request(how, {"threadId": self._thread(thread_id)})
 
     @property
     def closed(self) -> bool:

@@ -1,10 +1,8 @@
 """Why a Ray actor died, in a few words, from the RayActorError Ray raises to its callers.
 
-Ray's message is a paragraph (class, actor id, pid, ip, exit type, exit detail and generic advice
-that always mentions the OOM killer); users need the cause Ray actually observed. What Ray can tell:
-a SIGTERM, an exit code, its own memory monitor's kill, a lost node, an exception in __init__, or
-that the process vanished without exiting (SIGKILL, the kernel OOM killer and a segfault look the
-same to it: the connection just ends).
+Ray's message is a paragraph whose generic advice always mentions the OOM killer; users need the
+cause Ray observed: a SIGTERM, an exit code, its memory monitor's kill, a lost node, an exception in
+__init__, or a process that vanished (SIGKILL, the kernel OOM killer and a segfault look alike).
 
 A call to an actor whose process or node just went away often fails first with "unavailable" (no
 cause yet): settle() waits for Ray's verdict. A surviving rank's collective can fail before Ray
@@ -55,12 +53,10 @@ SETTLE_S = 60.0
 
 
 def settle(err: BaseException, timeout: float | None = None, poll: float = 0.25) -> BaseException:
-    """Ray's verdict on an actor it could only call unavailable. A call to an actor whose process or
-    node just went away fails at once with ActorUnavailableError ("connection refused", no cause);
-    Ray declares the actor dead, with the cause it observed (its node died, a signal, an exit code),
-    only later: for a lost node once the GCS's health checks give up on the node (seconds). Returns
-    the ActorDiedError that Ray settles on within `timeout` s (default SETTLE_S), else `err` itself.
-    Only waits on that one error type, in a process connected to Ray."""
+    """Ray's verdict on an actor it could only call unavailable (ActorUnavailableError, no cause):
+    Ray declares it dead, with the cause it observed, only later (a lost node: once the GCS's health
+    checks give up, seconds). The ActorDiedError Ray settles on within `timeout` s (default
+    SETTLE_S), else `err` itself; only that error type is waited on, with Ray connected."""
     import time
 
     try:

@@ -1,17 +1,15 @@
-"""This process's one debugpy port, opened on demand, and the ways rldbg stops a client on it:
-block until a client attaches (as ray.util.debugpy.set_trace does), stop in a frame we choose,
-report an exception. Debug mode's start-up listening for chosen roles is listen.py; it opens
-its port here too.
+"""This process's one debugpy port, opened on demand (debug mode's listen.py opens it here too),
+and the ways rldbg stops a client on it: block until a client attaches, stop in a frame we
+choose, report an exception.
 
-Why not call ray.util.debugpy.set_trace: it stops at `sys._getframe().f_back` of
-its own helper, i.e. in whoever called set_trace. Called from rldbg, the user would
-land inside rldbg. We reuse Ray's pieces (port lock, GCS port registration,
-`worker_paused_by_debugger`, which bumps num_paused_threads so the dashboard and
-VS Code's Ray Distributed Debugger list the pause) and hand pydevd the user's frame.
+Not ray.util.debugpy.set_trace: it stops in whoever called it, which from rldbg is rldbg. Ray's
+pieces are reused (port lock, GCS port registration, `worker_paused_by_debugger`, which bumps
+num_paused_threads so the dashboard and VS Code's Ray Distributed Debugger list the pause) and
+pydevd is handed the user's frame.
 
-Security: debugpy has NO authentication; whoever reaches the port can run any code
-in the worker. Ray listens on the node IP; rldbg listens on 127.0.0.1 unless the
-node IP is loopback already or RLDBG_DEBUG_ALLOW_REMOTE=1.
+Security: debugpy has NO authentication; whoever reaches the port can run any code in the
+worker. Ray listens on the node IP; rldbg on 127.0.0.1 unless the node IP is loopback already
+or RLDBG_DEBUG_ALLOW_REMOTE=1.
 """
 from __future__ import annotations
 
@@ -21,23 +19,19 @@ import os
 import sys
 import warnings
 
-log = logging.getLogger(__name__)
-
 from rldbg.switches import DEBUG_ALLOW_REMOTE as ALLOW_REMOTE_ENV
 
+log = logging.getLogger(__name__)
 _listen_host: str | None = None
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def choose_host(node_ip: str) -> str:
     """Loopback unless explicitly allowed otherwise."""
-    if _is_loopback(node_ip) or os.environ.get(ALLOW_REMOTE_ENV) == "1":
+    try:
+        loopback = ipaddress.ip_address(node_ip).is_loopback
+    except ValueError:
+        loopback = node_ip == "localhost"
+    if loopback or os.environ.get(ALLOW_REMOTE_ENV) == "1":
         return node_ip
     warnings.warn(
         f"rldbg: Ray's node IP is {node_ip}, not loopback; the debugpy listener binds 127.0.0.1 "
@@ -63,9 +57,8 @@ def ray_worker():
 
 
 def ensure_listening() -> tuple[str, int]:
-    """(host, port) of this worker's debugpy listener, opening it on first use.
-    debugpy.listen can run once per process; Ray's own breakpoint() reuses the
-    port we register, and we reuse one Ray opened."""
+    """(host, port) of this worker's debugpy listener, opened on first use (debugpy.listen runs once
+    per process: Ray's own breakpoint() reuses the port registered here, and this one Ray's)."""
     global _listen_host
     import debugpy
     from ray.util import debugpy as ray_debugpy
@@ -75,31 +68,23 @@ def ensure_listening() -> tuple[str, int]:
         raise RuntimeError("rldbg breakpoints need a Ray worker or driver (ray.init() first)")
     with ray_debugpy.debugger_port_lock:
         port = worker.debugger_port
-        if port:
-            _move_unstoppable_lines()
-            return (_listen_host or worker.node_ip_address, int(port))
-        host, port = debugpy.listen((choose_host(worker.node_ip_address), 0))
-        _listen_host = host
-        worker.set_debugger_port(port)
-        _move_unstoppable_lines()
-        log.info("rldbg: debugpy is listening on %s:%s", host, port)
-        return host, int(port)
-
-
-def _move_unstoppable_lines() -> None:
-    # Whatever client attaches (VS Code's gutter, rldbg attach), a breakpoint on a `def`,
-    # decorator, docstring, blank or comment line would never stop: rldbg.debug.lines moves it.
-    try:
-        from rldbg.debug.lines import install_pydevd_hook
-        install_pydevd_hook()
-    except Exception as e:  # noqa: BLE001 - a debugger without the hook still works
-        log.warning("rldbg: breakpoint lines are not checked in this worker: %s", e)
+        if not port:
+            _listen_host, port = debugpy.listen((choose_host(worker.node_ip_address), 0))
+            worker.set_debugger_port(port)
+            log.info("rldbg: debugpy is listening on %s:%s", _listen_host, port)
+        # Whatever client attaches (VS Code's gutter, rldbg attach), a breakpoint on a `def`,
+        # decorator, docstring, blank or comment line would never stop: rldbg.debug.lines moves it.
+        try:
+            from rldbg.debug.lines import install_pydevd_hook
+            install_pydevd_hook()
+        except Exception as e:  # noqa: BLE001 - a debugger without the hook still works
+            log.warning("rldbg: breakpoint lines are not checked in this worker: %s", e)
+        return (_listen_host or worker.node_ip_address, int(port))
 
 
 def wait_for_client(message: str) -> None:
-    """Block (counted as paused by the dashboard) until a DAP client attaches.
-    If a client is attached already, debugpy returns at once and the stop is
-    delivered into that session (num_paused_threads never rises)."""
+    """Block (counted as paused by the dashboard) until a DAP client attaches; with one attached
+    already, debugpy returns at once and the stop goes into that session."""
     import debugpy
     from ray.util import debugpy as ray_debugpy
 

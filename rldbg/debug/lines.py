@@ -1,23 +1,16 @@
 """Which line a FILE:LINE breakpoint should be on, so that it can stop.
 
 debugpy (like pdb) stops at a line only when that line runs. A `def` line runs when the
-function is *defined* (at import, for a method), never when it is called; decorator,
-docstring, blank and comment lines run nothing (pydevd then moves the breakpoint to the line
-*before*, often the `def`). Such a breakpoint is accepted and never stops.
+function is *defined*, never when it is called; decorator, docstring, blank and comment lines
+run nothing (pydevd moves such a breakpoint to the line *before*, often the `def`): accepted,
+it never stops. resolve() turns the line a user points at into the line they mean: a line of a
+function's header or docstring -> the first line of its body that runs; a line inside a body
+that runs nothing (blank, comment, `else:`) -> the next line that runs; a line that runs
+nothing outside any function -> BreakLineError naming the nearest line that runs.
 
-resolve() turns the line a user points at into the line they mean:
-
-  * a line of a function's header (decorators, the `def`, the rest of its signature, its
-    docstring) -> the first line of that function's body that runs;
-  * a line that runs nothing inside a function's body (blank, comment, `else:`, `global`)
-    -> the next line of that function that runs;
-  * a line that runs nothing and is in no function -> BreakLineError naming the nearest
-    line that runs.
-
-Which lines run comes from the compiler itself (each code object's co_lines()); functions
-and their headers come from the ast. Every way rldbg sets a file:line breakpoint goes
-through here: `rldbg attach --break`, its `b` command, and any DAP client (VS Code) talking
-to a worker rldbg opened the debugger of (rldbg.debug.debugpy_port installs the hook below).
+Which lines run comes from the compiler (co_lines()); functions and headers from the ast.
+`rldbg attach --break`, its `b` command and any DAP client of a worker whose debugger rldbg
+opened (debugpy_port installs the hook below) all go through here.
 """
 from __future__ import annotations
 
@@ -71,7 +64,8 @@ def resolve(path: str, line: int, shown: str | None = None) -> Resolved:
     where = shown or path
     if not 1 <= line <= info.n_lines:
         raise BreakLineError(f"{where}:{line} is past the end of the file ({info.n_lines} lines)")
-    fn = _innermost(info, line)
+    # functions come outer before inner: the last one holding the line is the innermost
+    fn = next((f for f in reversed(info.functions) if f.start <= line <= f.end), None)
     if fn is not None and line < fn.body and (line <= fn.sig_end or (fn.doc and fn.doc[0] <= line <= fn.doc[1])):
         first = next((n for n in fn.code_lines if n >= fn.body), None)
         if first is None:
@@ -124,22 +118,12 @@ def _idle_kind(path: str, line: int) -> str:
     return f"`{text}`" if len(text) <= 40 else "a line"
 
 
-def _innermost(info: _FileLines, line: int) -> _Function | None:
-    found = None
-    for fn in info.functions:    # outer before inner: the last match is the innermost
-        if fn.start <= line <= fn.end:
-            found = fn
-    return found
-
-
 def _read(path: str) -> _FileLines | None:
     try:
         st = os.stat(path)
     except (OSError, ValueError):
         return None
-    if not path.endswith((".py", ".pyw")):
-        return None
-    return _analyse(path, st.st_mtime_ns, st.st_size)
+    return _analyse(path, st.st_mtime_ns, st.st_size) if path.endswith((".py", ".pyw")) else None
 
 
 @functools.lru_cache(maxsize=64)
@@ -189,12 +173,8 @@ def _collect(node, prefix: str, codes: dict, colons: dict, out: list, headers: s
             decorators = tuple((d.lineno, d.end_lineno) for d in child.decorator_list)
             start = min([child.lineno] + [a for a, _ in decorators])
             body = child.body
-            doc = None
-            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                    and isinstance(body[0].value.value, str)):
-                doc = (body[0].lineno, body[0].end_lineno)
-                if len(body) > 1:
-                    body = body[1:]
+            doc = (body[0].lineno, body[0].end_lineno) if ast.get_docstring(child, clean=False) is not None else None
+            body = body[1:] if doc and len(body) > 1 else body
             # The compiler numbers a decorated function from its first decorator (3.8+).
             code = codes.get((child.name, start)) or codes.get((child.name, child.lineno))
             own = sorted({n for _, _, n in code.co_lines() if n}) if code is not None else []

@@ -4,21 +4,12 @@
     RLDBG_LISTEN_ROLES=actor,critic   roles whose workers listen ("*": all roles)
     RLDBG_LISTEN_RANKS=1              optional: only these ranks (1, 0,1, 0|1, 0-3)
 
-maybe_listen(roles, rank, world) is called once per worker process at start-up (the
-seam's set_worker_identity). A chosen worker opens debugpy on 127.0.0.1:<free port>
-(no wait_for_client: training runs on, and pydevd's tracer stays off until a client adds
-a breakpoint, see trace_when_needed), registers the port with Ray (the dashboard's
-/api/v0/workers?detail=1 shows it as debugger_port) and in Ray's internal KV with role,
-rank, pid and node (rldbg.debug.registry), so `rldbg attach --role`, `rldbg vscode
---attach-role` and any editor find it. Other processes open nothing.
-
-In a listening worker:
-  * RLDBG_RANK / RLDBG_ROLE are builtins, so a DAP conditional breakpoint can be
-    `RLDBG_RANK == 1` in any file (or, portable: `__import__("rldbg").current().rank == 1`);
-  * every debugger stop is reported like an rldbg breakpoint (see _on_suspend): the
-    worker's num_paused_threads rises while it is stopped (`rldbg breakpoints`, the
-    dashboard and the TUI list it), and an rldbg.instant("breakpoint", ...) goes into
-    the trace.
+maybe_listen(roles, rank, world) runs once per worker at start-up (set_worker_identity). A
+chosen worker opens debugpy on 127.0.0.1:<free port> without waiting (pydevd's tracer stays off
+until a client adds a breakpoint: trace_when_needed), registers the port with Ray (debugger_port)
+and in Ray's internal KV (registry.py), where `rldbg attach --role` and `rldbg vscode
+--attach-role` find it. RLDBG_RANK / RLDBG_ROLE are builtins there, for conditional breakpoints
+such as `RLDBG_RANK == 1`; every debugger stop is reported like an rldbg breakpoint (install_pause_hook).
 
 Security: debugpy has no authentication; anyone who reaches the port runs code in the
 worker. The listener binds 127.0.0.1 unless RLDBG_DEBUG_ALLOW_REMOTE=1 (debugpy_port.py).
@@ -31,17 +22,13 @@ import sys
 import sysconfig
 import time
 
-from rldbg.debug.registry import key_for, parse_ranks, put
+from rldbg.debug.registry import key_for, put
+from rldbg.debug.specs import parse_ranks, role_matches
 
 from rldbg.switches import LISTEN_RANKS as RANKS_ENV
 from rldbg.switches import LISTEN_ROLES as ROLES_ENV
 
 _state: dict = {"entry": None}
-
-
-def parse_roles(text: str | None) -> list[str]:
-    """"actor, critic" -> ["actor", "critic"]; "" -> []."""
-    return [r.strip() for r in (text or "").replace(";", ",").split(",") if r.strip()]
 
 
 def check_env(environ=None) -> None:
@@ -52,37 +39,27 @@ def check_env(environ=None) -> None:
 
 
 def chosen(roles, rank: int, environ=None) -> bool:
-    """True when this process (holding `roles`) at `rank` should listen."""
+    """True when this process (holding `roles`: a list, or "actor+reward") at `rank` should listen."""
     env = os.environ if environ is None else environ
-    wanted = parse_roles(env.get(ROLES_ENV))
-    if not wanted:
-        return False
-    have = _split_roles(roles)
-    if "*" not in wanted and not set(wanted) & set(have):
+    have = roles if isinstance(roles, str) else "+".join(map(str, roles))
+    wanted = (env.get(ROLES_ENV) or "").replace(";", ",").split(",")
+    if not any(w.strip() and role_matches(w.strip(), have) for w in wanted):
         return False
     ranks = parse_ranks(env.get(RANKS_ENV), RANKS_ENV)
     return ranks is None or rank in ranks
 
 
-def _split_roles(roles) -> list[str]:
-    if isinstance(roles, str):
-        return [r for r in roles.split("+") if r]
-    return [str(r) for r in roles]
-
-
 def maybe_listen(roles, rank: int, world: int) -> dict | None:
-    """Open a listener when this worker's role and rank are chosen; returns the
-    registry entry (or None). One env lookup when debug mode is off. Never raises:
-    a bad debug setting must not stop training (it prints one line instead)."""
+    """The registry entry of this worker's listener, opened when its role and rank are chosen, else
+    None. Never raises: a bad debug setting must not stop training (it prints one line instead)."""
     if not os.environ.get(ROLES_ENV):
         return None
     if _state["entry"] is not None:
         return _state["entry"]
     try:
-        have = _split_roles(roles)   # every role of a colocated worker: set_worker_identity passes them
-        if not chosen(have, rank):
-            return None
-        return _listen(have, rank, world)
+        # every role of a colocated worker: set_worker_identity passes them
+        have = [r for r in roles.split("+") if r] if isinstance(roles, str) else [str(r) for r in roles]
+        return _listen(have, rank, world) if chosen(have, rank) else None
     except Exception as e:  # noqa: BLE001
         print(f"rldbg: debug mode not started on rank {rank}: {e}", file=sys.stderr, flush=True)
         return None
@@ -116,11 +93,6 @@ def _listen(roles: list[str], rank: int, world: int) -> dict:
           f"(rldbg attach --role {roles[0]} --rank {rank}; rldbg vscode --attach-role {roles[0]})",
           file=sys.stderr, flush=True)
     return entry
-
-
-def entry() -> dict | None:
-    """This process's registry entry, when it listens."""
-    return _state["entry"]
 
 
 # --- full speed until a client sets breakpoints -----------------------------------------------
@@ -169,44 +141,30 @@ def install_pause_hook() -> bool:
         return False
 
     def do_wait_suspend(self, thread, frame, event, arg, *args, **kwargs):
-        token = _on_suspend(thread, frame)
+        from rldbg.debug import breakpoints as bp
+        from rldbg.debug.debugpy_port import ray_worker
+
+        reason = _BREAK_REASONS.get(getattr(thread, "stop_reason", None))
+        entry = bp.record_external_stop(frame, f"dap {reason}", thread.ident) if reason and frame else None
+        pause = None
+        try:
+            worker = ray_worker()
+            if worker is not None:   # Ray counts the thread as paused while this is held
+                pause = worker.worker_paused_by_debugger()
+                pause.__enter__()
+        except Exception:  # noqa: BLE001 - reporting must never break the debugger
+            pause = None
         try:
             return current(self, thread, frame, event, arg, *args, **kwargs)
         finally:
-            _on_resume(token)
+            try:
+                if pause is not None:
+                    pause.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001
+                pass
+            if entry is not None:
+                bp.release_stop(entry)
 
     do_wait_suspend._rldbg = True
     pydevd.PyDB.do_wait_suspend = do_wait_suspend
     return True
-
-
-def _on_suspend(thread, frame):
-    from rldbg.debug import breakpoints as bp
-
-    reason = _BREAK_REASONS.get(getattr(thread, "stop_reason", None))
-    entry = None
-    if reason is not None and frame is not None:
-        entry = bp.record_external_stop(frame, f"dap {reason}", thread.ident)
-    pause = None
-    try:
-        from rldbg.debug.debugpy_port import ray_worker
-        worker = ray_worker()
-        if worker is not None:
-            pause = worker.worker_paused_by_debugger()
-            pause.__enter__()
-    except Exception:  # noqa: BLE001 - reporting must never break the debugger
-        pause = None
-    return entry, pause
-
-
-def _on_resume(token) -> None:
-    from rldbg.debug import breakpoints as bp
-
-    entry, pause = token
-    if pause is not None:
-        try:
-            pause.__exit__(None, None, None)
-        except Exception:  # noqa: BLE001
-            pass
-    if entry is not None:
-        bp.clear_external_stop(entry)

@@ -1,20 +1,17 @@
-"""Paused workers as users name them: role, rank, method, debugpy address.
-
-The dashboard knows a paused worker only by pid/port (num_paused_threads != 0);
-its running task gives the method ("<actor repr>.<method>"), and the identity the
-worker published through rldbg.instrument.set_worker_identity (rldbg.debug.registry)
-gives role(s) and rank, whatever the trainer's actor repr looks like.
+"""Paused workers as users name them: role, rank, method, debugpy address. The dashboard knows a
+paused worker by pid/port (num_paused_threads != 0); its running task gives the method, and the
+identity it published (registry.py) gives role(s) and rank, whatever the trainer's actor repr.
 """
 from __future__ import annotations
 
-import time
-
 import os
-import socket
+import time
 from dataclasses import asdict, dataclass
 
 from rldbg.dashboard import Dashboard
 from rldbg.debug.registry import identify, identities_or_empty
+from rldbg.debug.specs import role_matches
+from rldbg.profilers.targets import is_local
 
 
 @dataclass
@@ -47,7 +44,7 @@ class PausedWorker:
 
 def _local_cwd(pid: int, ip: str) -> str | None:
     # Only meaningful when the worker runs on this machine.
-    if not _is_local(ip):
+    if not is_local(ip):
         return None
     try:
         return os.readlink(f"/proc/{pid}/cwd")
@@ -55,20 +52,11 @@ def _local_cwd(pid: int, ip: str) -> str | None:
         return None
 
 
-def _is_local(ip: str) -> bool:
-    if ip.startswith("127.") or ip in ("localhost", "::1"):
-        return True
-    try:
-        return ip in {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None)}
-    except OSError:
-        return False
-
-
 def _proc_title_method(pid: int, ip: str) -> str | None:
     """The method a local worker is executing right now, from the process title Ray sets
     at task start ("ray::Class.method"). Unlike task events, which reach the dashboard a
     second or more late, the title is never stale."""
-    if not _is_local(ip):
+    if not is_local(ip):
         return None
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -106,28 +94,21 @@ def list_paused(dash: Dashboard, task_wait_s: float = 3.0) -> list[PausedWorker]
         task = _running_task(dash, w, task_wait_s)
         name = task.get("name") or task.get("func_or_class_name")
         actor_id = task.get("actor_id")
-        role, rank, world = None, None, None
-        actor = {}
         # repr_name is a detail column of the state API. The running task shows up a moment
         # after the pause starts; until then the actor is found by its live pid.
         found = (dash.actors(detail=True, filters=[("actor_id", "=", actor_id)]) if actor_id else
                  dash.actors(detail=True, filters=[("pid", "=", int(w["pid"])), ("state", "=", "ALIVE")]))
-        if found:
-            actor = found[0]
-            actor_id = actor_id or actor.get("actor_id")
+        actor = found[0] if found else {}
+        actor_id = actor_id or actor.get("actor_id")
         ident = identify({**actor, "actor_id": actor_id}, identities)
-        if ident:
-            role, rank, world = ident.role, ident.rank, ident.world
-        if role is None:
-            role = actor.get("class_name") or (name.rsplit(".", 1)[0] if name and "." in name else "task")
-        method = name.rsplit(".", 1)[-1] if name else None
+        role = ident.role if ident else (
+            actor.get("class_name") or (name.rsplit(".", 1)[0] if name and "." in name else "task"))
         out.append(PausedWorker(
-            role=role, rank=rank, world=world, method=method, task=name,
+            role=role, rank=ident.rank if ident else None, world=ident.world if ident else None,
+            method=name.rsplit(".", 1)[-1] if name else None, task=name,
             host=w.get("ip") or "127.0.0.1", port=w.get("debugger_port"), pid=int(w["pid"]),
             node_id=w.get("node_id", ""), worker_id=w["worker_id"], actor_id=actor_id,
-            paused_threads=int(w.get("num_paused_threads") or 0),
-            cwd=_local_cwd(int(w["pid"]), w.get("ip") or ""),
-        ))
+            paused_threads=int(w.get("num_paused_threads") or 0), cwd=_local_cwd(int(w["pid"]), w.get("ip") or "")))
     out.sort(key=lambda p: (p.role, p.rank if p.rank is not None else -1, p.pid))
     return out
 
@@ -155,7 +136,7 @@ def resolve_target(target: str | None, dash_factory) -> tuple[str, int, PausedWo
         role, rank = host, int(tail)
         paused = list_paused(dash_factory())
         for p in paused:
-            if p.rank == rank and (p.role == role or role in p.role.split("+")):
+            if p.rank == rank and role_matches(role, p.role):
                 return p.host, int(p.port), p
         listing = ", ".join(f"{p.role}:{p.rank}" for p in paused) or "none"
         raise TargetError(f"no paused worker {role}:{rank}; paused now: {listing}")

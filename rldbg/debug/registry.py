@@ -1,19 +1,19 @@
-"""Where listening workers are found: Ray's internal KV, read from any process.
+"""Where listening workers and workers' identities are found: Ray's internal KV, read from any process.
 
-A worker in debug mode (rldbg.debug.listen) writes one JSON entry under
-    namespace "rldbg", key "rldbg:listen:<job_id>:<actor_id or worker_id>"
-with its role(s), rank, world, debugpy host/port, pid, node, cwd and site-packages.
-Readers (`rldbg attach`, `rldbg vscode`, tests) talk to the GCS directly with
-ray._raylet.GcsClient: no ray.init, no job is created, it works from another
-terminal while the run goes on. Entries of actors that died (a killed actor
-cannot clean up) are skipped and deleted on the next listing, judged by the GCS
-actor table, so a restarted run never shows stale ports.
+A worker in debug mode (listen.py) writes one JSON entry under namespace "rldbg", key
+"rldbg:listen:<job_id>:<actor_id or worker_id>" (role(s), rank, world, debugpy host/port, pid,
+node, cwd, site-packages); every actor's identity goes under "rldbg:worker:<job_id>:<actor_id>".
+Readers talk to the GCS with ray._raylet.GcsClient: no ray.init, no job created, from another
+terminal while the run goes on. Entries of dead actors (a killed actor cannot clean up) are
+deleted on the next read, so a restarted run never shows stale ports.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from rldbg.debug.specs import role_matches
 
 NAMESPACE = "rldbg"
 PREFIX = "rldbg:listen:"
@@ -27,18 +27,14 @@ class RegistryError(RuntimeError):
 
 @dataclass
 class ListeningWorker:
+    """A listening worker as readers use it (its registry entry also names node, job and actor)."""
+
     role: str                # "actor" or, colocated, "actor+reward"
     rank: int
     world: int
     host: str
     port: int
     pid: int
-    node_id: str = ""
-    node_ip: str = ""
-    job_id: str = ""
-    actor_id: str | None = None
-    actor_name: str | None = None
-    worker_id: str = ""
     cwd: str | None = None
     purelib: str | None = None
     key: str = ""
@@ -53,10 +49,7 @@ class ListeningWorker:
         return f"{self.role} rank {self.rank}"
 
     def has_role(self, role: str) -> bool:
-        return role in ("*", self.role) or role in (self.roles or self.role.split("+"))
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "address": self.address}
+        return role_matches(role, self.role)
 
     @classmethod
     def from_dict(cls, data: dict) -> "ListeningWorker":
@@ -91,14 +84,11 @@ def publish_identity(ident) -> None:
     try:
         import ray
 
-        if not ray.is_initialized():
-            return
-        ctx = ray.get_runtime_context()
-        actor_id = ctx.get_actor_id()
-        if not actor_id:
-            return
-        put({**ident.to_dict(), "actor_id": actor_id, "pid": os.getpid(), "job_id": ctx.get_job_id(),
-             "key": key_for(ctx.get_job_id(), actor_id, WORKER_PREFIX)})
+        ctx = ray.get_runtime_context() if ray.is_initialized() else None
+        actor_id = ctx.get_actor_id() if ctx else None
+        if actor_id:
+            put({**ident.to_dict(), "actor_id": actor_id, "pid": os.getpid(), "job_id": ctx.get_job_id(),
+                 "key": key_for(ctx.get_job_id(), actor_id, WORKER_PREFIX)})
     except Exception:  # noqa: BLE001
         pass
 
@@ -115,24 +105,18 @@ def put(entry: dict) -> None:
 def _webui_to_gcs() -> dict[str, str]:
     """{dashboard host:port -> GCS address} from the local raylets' command lines.
     On a machine shared by several clusters this picks the one a dashboard URL names."""
+    import psutil   # Ray's own way to find its local processes (ray._private.services)
+
     out = {}
-    for pid in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else []):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-        except OSError:
-            continue
+    for proc in psutil.process_iter(["cmdline"]):
         # The raylet rewrites its argv into one space-separated string: split on both.
-        words = [w for a in args for w in a.split()]
-        if not words or not words[0].endswith(b"/raylet"):
+        words = " ".join(proc.info["cmdline"] or []).split()
+        if not words or not words[0].endswith("/raylet"):
             continue
-        flags = {}
-        for w in words:
-            if w.startswith(b"--") and b"=" in w:
-                k, v = w.decode(errors="replace")[2:].split("=", 1)
-                flags.setdefault(k, v)
-        if flags.get("webui") and flags.get("gcs_address", flags.get("gcs-address")):
-            out[flags["webui"]] = flags.get("gcs_address", flags.get("gcs-address"))
+        flags = dict(w[2:].split("=", 1) for w in reversed(words) if w.startswith("--") and "=" in w)
+        gcs = flags.get("gcs_address") or flags.get("gcs-address")
+        if flags.get("webui") and gcs:
+            out[flags["webui"]] = gcs
     return out
 
 
@@ -168,54 +152,52 @@ def resolve_gcs_address(address: str | None = None, dashboard: str | None = None
                         "or --address DASHBOARD_URL")
 
 
-class _Reader:
-    """Internal KV + actor table, through this process's Ray or a bare GcsClient."""
-
-    def __init__(self, gcs_address: str | None):
-        from ray._raylet import GcsClient
-        if gcs_address is None:
-            import ray
-            gcs_address = ray.get_runtime_context().gcs_address
+def _live_entries(prefix: str, address: str | None, dashboard: str | None) -> dict[str, dict]:
+    """{key: entry} under `prefix` in the internal KV, read through this process's Ray or a bare
+    GcsClient; entries whose actor is no longer alive are deleted (a killed actor cannot clean up)."""
+    from ray._raylet import GcsClient
+    gcs_address = resolve_gcs_address(address, dashboard)
+    if gcs_address is None:
+        import ray
+        gcs_address = ray.get_runtime_context().gcs_address
+    try:
+        client = GcsClient(address=gcs_address)
+    except Exception as e:  # noqa: BLE001 - any failure is "cannot reach"
+        raise RegistryError(f"cannot reach the Ray GCS at {gcs_address} ({e}); {ADDRESS_HINT}") from None
+    namespace = NAMESPACE.encode()
+    try:
+        keys = client.internal_kv_keys(prefix.encode(), namespace=namespace, timeout=10)
+        values = client.internal_kv_multi_get(keys, namespace=namespace, timeout=10) if keys else {}
+    except Exception as e:  # noqa: BLE001
+        raise RegistryError(f"cannot read the rldbg registry from the Ray GCS at {gcs_address} ({e})") from None
+    entries = {}
+    for k, v in values.items():
         try:
-            self.client = GcsClient(address=gcs_address)
-        except Exception as e:  # noqa: BLE001 - any failure is "cannot reach"
-            raise RegistryError(f"cannot reach the Ray GCS at {gcs_address} ({e}); {ADDRESS_HINT}") from None
-        self.address = gcs_address
-
-    def entries(self, prefix: str = PREFIX) -> dict[str, dict]:
+            entries[k.decode()] = json.loads(v)
+        except ValueError:
+            continue
+    alive = _alive_actors(client) if entries else set()
+    for key in [k for k, data in entries.items() if data.get("actor_id") and data["actor_id"] not in alive]:
+        del entries[key]
         try:
-            keys = self.client.internal_kv_keys(prefix.encode(), namespace=NAMESPACE.encode(), timeout=10)
-            if not keys:
-                return {}
-            values = self.client.internal_kv_multi_get(keys, namespace=NAMESPACE.encode(), timeout=10)
-        except Exception as e:  # noqa: BLE001
-            raise RegistryError(f"cannot read the rldbg registry from the Ray GCS at {self.address} ({e})") from None
-        out = {}
-        for k, v in values.items():
-            try:
-                out[k.decode()] = json.loads(v)
-            except ValueError:
-                continue
-        return out
-
-    def alive_actors(self) -> set[str]:
-        import asyncio
-
-        async def fetch():
-            return await self.client.async_get_all_actor_info(actor_state_name="ALIVE", timeout=10)
-        # The GCS client hands back asyncio futures bound to the running loop; a private
-        # loop keeps this callable from threads that already run one.
-        loop = asyncio.new_event_loop()
-        try:
-            return {a.hex() for a in loop.run_until_complete(fetch())}
-        finally:
-            loop.close()
-
-    def delete(self, key: str) -> None:
-        try:
-            self.client.internal_kv_del(key.encode(), False, namespace=NAMESPACE.encode(), timeout=5)
+            client.internal_kv_del(key.encode(), False, namespace=namespace, timeout=5)
         except Exception:  # noqa: BLE001 - cleanup is best effort
             pass
+    return entries
+
+
+def _alive_actors(client) -> set[str]:
+    import asyncio
+
+    async def fetch():
+        return await client.async_get_all_actor_info(actor_state_name="ALIVE", timeout=10)
+    # The GCS client hands back asyncio futures bound to the running loop; a private
+    # loop keeps this callable from threads that already run one.
+    loop = asyncio.new_event_loop()
+    try:
+        return {a.hex() for a in loop.run_until_complete(fetch())}
+    finally:
+        loop.close()
 
 
 def listening_workers(address: str | None = None, role: str | None = None, ranks=None,
@@ -223,39 +205,19 @@ def listening_workers(address: str | None = None, role: str | None = None, ranks
     """Workers listening for a debugger right now, sorted by role and rank.
     address: GCS host:port (default: see resolve_gcs_address); role: keep workers
     holding this role ("*" or None: all); ranks: keep these ranks (None: all)."""
-    reader = _Reader(resolve_gcs_address(address, dashboard))
-    entries = reader.entries()
-    alive = reader.alive_actors() if entries else set()
-    out = []
-    for key, data in entries.items():
-        if data.get("actor_id") and data["actor_id"] not in alive:
-            reader.delete(key)  # the actor died or restarted: its port is gone
-            continue
-        w = ListeningWorker.from_dict({**data, "key": key})
-        if role and not w.has_role(role):
-            continue
-        if ranks is not None and w.rank not in ranks:
-            continue
-        out.append(w)
-    out.sort(key=lambda w: (w.role, w.rank, w.pid))
-    return out
+    found = [ListeningWorker.from_dict({**data, "key": key})
+             for key, data in _live_entries(PREFIX, address, dashboard).items()]
+    found = [w for w in found if (not role or w.has_role(role)) and (ranks is None or w.rank in ranks)]
+    return sorted(found, key=lambda w: (w.role, w.rank, w.pid))
 
 
 def worker_identities(address: str | None = None, dashboard: str | None = None) -> dict:
-    """{actor_id: WorkerIdentity} of every live worker that called set_worker_identity; entries
-    of dead actors are deleted. address/dashboard: as listening_workers. Raises RegistryError."""
+    """{actor_id: WorkerIdentity} of every live worker that called set_worker_identity.
+    address/dashboard: as listening_workers. Raises RegistryError."""
     from rldbg.context import WorkerIdentity
 
-    reader = _Reader(resolve_gcs_address(address, dashboard))
-    entries = reader.entries(WORKER_PREFIX)
-    alive = reader.alive_actors() if entries else set()
-    out = {}
-    for key, data in entries.items():
-        if data.get("actor_id") not in alive:
-            reader.delete(key)
-            continue
-        out[data["actor_id"]] = WorkerIdentity.from_dict(data)
-    return out
+    entries = _live_entries(WORKER_PREFIX, address, dashboard).values()
+    return {data["actor_id"]: WorkerIdentity.from_dict(data) for data in entries if data.get("actor_id")}
 
 
 def identities_or_empty(address: str | None = None, dashboard: str | None = None) -> dict:
@@ -273,17 +235,3 @@ def identify(actor: dict, identities: dict):
     from rldbg.context import parse_label
 
     return identities.get(actor.get("actor_id")) or parse_label(actor.get("repr_name"))
-
-
-def parse_ranks(text: str | None, what: str = "ranks") -> frozenset | None:
-    """"1", "0,1", "0|1", "0-3" -> a set of ranks; None or "" -> None (every rank)."""
-    if text is None or not str(text).strip() or str(text).strip() == "*":
-        return None
-    out: set[int] = set()
-    for part in str(text).replace("|", ",").split(","):
-        part = part.strip()
-        lo, dash, hi = part.partition("-")
-        if not (lo.isdigit() and (not dash or hi.isdigit())) or (dash and int(hi) < int(lo)):
-            raise ValueError(f"bad {what} {text!r}: {part!r} is not a rank; accepted: 1, 0,1, 0|1, 0-3 or *")
-        out.update(range(int(lo), int(hi) + 1) if dash else {int(lo)})
-    return frozenset(out)

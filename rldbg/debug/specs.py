@@ -11,14 +11,14 @@
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import re
 import threading
 from dataclasses import dataclass
 
-FORM = "ROLE.METHOD[@rank=R[,R...]][,step=S][,when=EXPR]  (e.g. actor.update_actor@rank=1,step=3)"
 from rldbg.switches import BREAKPOINTS as ENV_VAR
+
+FORM = "ROLE.METHOD[@rank=R[,R...]][,step=S][,when=EXPR]  (e.g. actor.update_actor@rank=1,step=3)"
 
 _NAME = re.compile(r"^[A-Za-z_*?\[\]][\w*?\[\]+\-]*$")
 _FILE_LINE = re.compile(r"^[^@]*\.pyw?:\d+(:.*)?$")
@@ -60,25 +60,25 @@ def _bad(text: str, why: str, known_roles=None, known_methods=None) -> SpecError
     return SpecError(msg)
 
 
-def _numbers(text: str, value: str, what: str, spec_text: str, **known) -> frozenset:
+def numbers(text: str) -> frozenset:
+    """"1", "0,1", "0|1", "0-3" -> those numbers; ValueError(the first part that is not one)."""
     out: set[int] = set()
-    for part in re.split(r"[|,]", value):
-        part = part.strip()
-        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
-        try:
-            if m:
-                lo, hi = int(m.group(1)), int(m.group(2))
-                if hi < lo:
-                    raise ValueError
-                out.update(range(lo, hi + 1))
-            else:
-                n = int(part)
-                if n < 0:
-                    raise ValueError
-                out.add(n)
-        except ValueError:
-            raise _bad(spec_text, f"{what}={value!r} is not a non-negative number, list (0|1) or range (0-3)", **known) from None
+    for part in re.split(r"[|,]", text):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not m or int(m[2] or m[1]) < int(m[1]):
+            raise ValueError(part.strip())
+        out.update(range(int(m[1]), int(m[2] or m[1]) + 1))
     return frozenset(out)
+
+
+def parse_ranks(text: str | None, what: str = "ranks") -> frozenset | None:
+    """"1", "0,1", "0|1", "0-3" -> a set of ranks; None, "" or "*" -> None (every rank)."""
+    if text is None or str(text).strip() in ("", "*"):
+        return None
+    try:
+        return numbers(str(text))
+    except ValueError as e:
+        raise ValueError(f"bad {what} {text!r}: {str(e)!r} is not a rank; accepted: 1, 0,1, 0|1, 0-3 or *") from None
 
 
 def parse(text: str, known_roles=None, known_methods=None) -> Spec:
@@ -98,7 +98,7 @@ def parse(text: str, known_roles=None, known_methods=None) -> Spec:
     role, method = role.strip(), (method.strip() or "*")
     if not role or not _NAME.match(role) or not _NAME.match(method):
         raise _bad(raw, f"{target.strip()!r} is not ROLE.METHOD", **known)
-    if known_roles and not any(_role_matches(role, r) for r in known_roles):
+    if known_roles and not any(role_matches(role, r) for r in known_roles):
         raise _bad(raw, f"unknown role {role!r}", **known)
     if known_methods and not any(fnmatch.fnmatchcase(m, method) for m in known_methods):
         raise _bad(raw, f"unknown method {method!r}", **known)
@@ -132,10 +132,14 @@ def parse(text: str, known_roles=None, known_methods=None) -> Spec:
                 values[key].append(item)
             else:
                 raise _bad(raw, f"{item!r} is not NAME=VALUE", **known)
-        if values["rank"]:
-            ranks = _numbers(raw, ",".join(values["rank"]), "rank", raw, **known)
-        if values["step"]:
-            steps = _numbers(raw, ",".join(values["step"]), "step", raw, **known)
+        found = {}
+        for what, value in values.items():
+            try:
+                found[what] = numbers(",".join(value)) if value else None
+            except ValueError:
+                raise _bad(raw, f"{what}={','.join(value)!r} is not a non-negative number, list (0|1) or range (0-3)",
+                           **known) from None
+        ranks, steps = found["rank"], found["step"]
         if ranks is None and steps is None and when is None:
             raise _bad(raw, "'@' must be followed by rank=, step= or when=", **known)
     return Spec(role, method, ranks, steps, when)
@@ -154,16 +158,14 @@ def from_env(environ=None) -> list[Spec]:
     return parse_many((environ if environ is not None else os.environ).get(ENV_VAR, ""))
 
 
-def _role_matches(pattern: str, role: str) -> bool:
-    # A colocated worker runs as "actor_rollout_ref+critic": a spec for any one of
-    # its roles matches it.
-    if fnmatch.fnmatchcase(role, pattern):
-        return True
-    return "+" in role and any(fnmatch.fnmatchcase(r, pattern) for r in role.split("+"))
+def role_matches(pattern: str, role: str) -> bool:
+    """Whether a worker running as `role` holds a role `pattern` names (a glob; "*": any). A colocated
+    worker runs as "actor_rollout_ref+critic": a pattern for any one of its roles matches it."""
+    return any(fnmatch.fnmatchcase(r, pattern) for r in {role, *role.split("+")})
 
 
 def matches(spec: Spec, role: str, rank: int, step: int | None, method: str | None) -> bool:
-    if not _role_matches(spec.role, role or ""):
+    if not role_matches(spec.role, role or ""):
         return False
     if not fnmatch.fnmatchcase(method or "", spec.method):
         return False
@@ -193,8 +195,8 @@ class SpecSet:
         for s in specs:
             self.add(s)
 
-    def add(self, spec, known_roles=None, known_methods=None) -> Spec:
-        spec = spec if isinstance(spec, Spec) else parse(spec, known_roles, known_methods)
+    def add(self, spec) -> Spec:
+        spec = spec if isinstance(spec, Spec) else parse(spec)
         with self._lock:
             self._specs[spec.text] = spec
             self.version += 1
@@ -216,28 +218,14 @@ class SpecSet:
         with self._lock:
             return list(self._specs.values())
 
+    def texts(self) -> list[str]:
+        return [s.text for s in self.list()]
+
     def __len__(self) -> int:
         return len(self._specs)
 
     def match(self, role: str, rank: int, step: int | None, method: str | None) -> Spec | None:
-        for spec in self.list():
-            if matches(spec, role, rank, step, method):
-                return spec
-        return None
-
-    # --- (de)serialisation: JSON for the hub, `;` text for the env var ----
-    def to_json(self) -> str:
-        return json.dumps({"version": self.version, "specs": [s.text for s in self.list()]})
-
-    @classmethod
-    def from_json(cls, text: str) -> "SpecSet":
-        data = json.loads(text)
-        out = cls(data.get("specs", []))
-        out.version = int(data.get("version", out.version))
-        return out
-
-    def to_env(self) -> str:
-        return ";".join(s.text for s in self.list())
+        return next((spec for spec in self.list() if matches(spec, role, rank, step, method)), None)
 
     @classmethod
     def from_env(cls, environ=None) -> "SpecSet":

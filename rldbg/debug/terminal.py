@@ -97,10 +97,6 @@ class Session:
     def frame(self) -> dict | None:
         return self.frames[self.index] if self.frames else None
 
-    def _load_stack(self) -> None:
-        self.frames = self.client.stack_trace()
-        self.index = 0
-
     def _after_resume(self, timeout: float | None) -> None:
         try:
             self.last_stop = self.client.wait_stopped(timeout if timeout is not None else 10 ** 9)
@@ -112,7 +108,7 @@ class Session:
                 self.client.disconnect()
             self.active = False
             return
-        self._load_stack()
+        self.frames, self.index = self.client.stack_trace(), 0
         reason = self.last_stop.get("reason", "stopped")
         text = self.last_stop.get("text") or self.last_stop.get("description")
         self.out(f"stopped: {reason}" + (f" ({text})" if text and text != reason else ""))
@@ -175,15 +171,16 @@ class Session:
                 self.active = False
 
     def _execute(self, cmd: str, arg: str) -> None:
+        resume = {"n": "next", "next": "next", "s": "stepIn", "step": "stepIn", "finish": "stepOut",
+                  "out": "stepOut", "c": "continue", "continue": "continue", "cont": "continue"}
         if cmd in ("help", "h", "?"):
             self.out(HELP)
         elif cmd in ("bt", "where", "w"):
             self._bt()
         elif cmd in ("up", "u", "down", "d"):
-            step = 1 if cmd in ("up", "u") else -1
-            new = self.index + step
+            new = self.index + (1 if cmd in ("up", "u") else -1)
             if not 0 <= new < len(self.frames):
-                self.out("*** already at the " + ("outermost" if step > 0 else "innermost") + " frame")
+                self.out("*** already at the " + ("outermost" if new > self.index else "innermost") + " frame")
                 return
             self.index = new
             self.show_location()
@@ -198,16 +195,11 @@ class Session:
             result = self.client.evaluate(arg, self.frame["id"] if self.frame else None, context="repl")
             if cmd != "!" or result.get("result"):
                 self.out(result.get("result", ""))
-        elif cmd in ("n", "next", "s", "step", "finish", "out", "c", "continue", "cont"):
-            action = {"n": self.client.next, "next": self.client.next, "s": self.client.step_in,
-                      "step": self.client.step_in, "finish": self.client.step_out, "out": self.client.step_out,
-                      }.get(cmd, self.client.continue_)
-            action()
-            if action == self.client.continue_:
+        elif cmd in resume:
+            self.client.resume(resume[cmd])
+            if resume[cmd] == "continue":
                 self.out("continuing; waiting for the next stop (Ctrl-C detaches)")
-                self._after_resume(self.continue_timeout)
-            else:
-                self._after_resume(self.stop_timeout)
+            self._after_resume(self.continue_timeout if resume[cmd] == "continue" else self.stop_timeout)
         elif cmd in ("b", "break"):
             if arg:
                 self.add_breakpoint(*parse_break(arg))

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from rldbg.debug.specs import role_matches
 from rldbg.switches import HANG_REPORT_S, WAIT_REPORT_S
 
 REPORT_AFTER_S = float(os.environ.get(WAIT_REPORT_S, "5"))
@@ -18,19 +19,6 @@ _reported: set = set()
 _explained: set = set()
 
 
-def dashboard_address() -> str | None:
-    addr = os.environ.get("RAY_DASHBOARD_ADDRESS")
-    if addr:
-        return addr
-    try:
-        import ray
-
-        url = ray._private.worker.global_worker.node.webui_url  # set when this driver started Ray
-        return f"http://{url}" if url and not url.startswith("http") else url
-    except Exception:
-        return None
-
-
 def report(group: str, method: str, flow_id: int, waited_s: float) -> list[str]:
     """Print (once per call and worker) the paused workers of `group`; returns the lines."""
     global _last_check
@@ -38,43 +26,37 @@ def report(group: str, method: str, flow_id: int, waited_s: float) -> list[str]:
     if waited_s < REPORT_AFTER_S or now - _last_check < REPORT_AFTER_S:
         return []
     _last_check = now
-    address = dashboard_address()
+    from rldbg.control.discovery import own_dashboard
+    from rldbg.dashboard import Dashboard
+    from rldbg.debug.paused_workers import list_paused
+
+    address = os.environ.get("RAY_DASHBOARD_ADDRESS") or own_dashboard()
     if address is None:
         return []
     try:
-        from rldbg.dashboard import Dashboard
-        from rldbg.debug.paused_workers import list_paused
-
         paused = list_paused(Dashboard(address, timeout=3))
-    except Exception:
-        return []  # the dashboard is optional; never disturb the run
+    except Exception:  # noqa: BLE001 - the dashboard is optional; never disturb the run
+        return []
     lines = []
     for w in paused:
-        roles = (w.role or "").split("+")
-        if group not in roles or (flow_id, w.pid) in _reported:
+        if not role_matches(group, w.role or "") or (flow_id, w.pid) in _reported:
             continue
         _reported.add((flow_id, w.pid))
         lines.append(f"rldbg: {group}.{method} is waiting on {group} rank {w.rank}, paused at a breakpoint "
                      f"(debugpy {w.host}:{w.port}); attach with `rldbg attach {group}:{w.rank}` or VS Code's "
                      f"Ray Distributed Debugger")
     if waited_s >= HANG_AFTER_S and flow_id not in _explained and not lines:
+        # 'critic.update_critic has waited 60 s: critic: rank 1 waits in all_reduce ...'
         _explained.add(flow_id)
-        lines += explain_hang(address, group, method, waited_s)
+        from rldbg.profilers import hang, stacks, targets
+        try:
+            dash = Dashboard(address, timeout=5)
+            found = targets.find(dash, role=group)
+            explained = hang.explain(stacks.fetch(found, dash)) if found else []
+        except Exception:  # noqa: BLE001 - best effort: never disturb the run
+            explained = []
+        lines += [f"rldbg: {group}.{method} has waited {waited_s:.0f} s: {e} "
+                  f"(`rldbg stack --role {group}` for the stacks)" for e in explained]
     for line in lines:
         print(line, file=sys.stderr, flush=True)
     return lines
-
-
-def explain_hang(address: str, group: str, method: str, waited_s: float) -> list[str]:
-    """'rldbg: critic.update_critic has waited 60 s: critic: rank 1 waits in all_reduce ...'."""
-    try:
-        from rldbg.dashboard import Dashboard
-        from rldbg.profilers import hang, stacks, targets
-
-        dash = Dashboard(address, timeout=5)
-        found = targets.find(dash, role=group)
-        explained = hang.explain(stacks.fetch(found, dash)) if found else []
-    except Exception:
-        return []   # best effort: never disturb the run
-    return [f"rldbg: {group}.{method} has waited {waited_s:.0f} s: {e} (`rldbg stack --role {group}` for the stacks)"
-            for e in explained]
