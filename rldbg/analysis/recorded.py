@@ -5,19 +5,9 @@ recorder's dump, its trigger and, for a hang, every process's stacks. The report
 from __future__ import annotations
 
 from rldbg.trace.flight import TRIGGER
-from rldbg.trace.window import STACK, steps_text
+from rldbg.trace.window import STACK, ranges, steps_text
 
 SHOWN_FRAMES = 4
-
-
-def _ranges(steps: list) -> list:
-    out = []
-    for s in sorted(set(steps)):
-        if out and s == out[-1][1] + 1:
-            out[-1][1] = s
-        else:
-            out.append([s, s])
-    return out
 
 
 def analyse(t) -> dict:
@@ -25,7 +15,7 @@ def analyse(t) -> dict:
     steps += [int(s["step"]) for s in t.steps if type(s.get("step")) is int]
     start = t.start
     how = start.get("recorded") if isinstance(start.get("recorded"), dict) else {}
-    out = {"steps": _ranges(steps), "asked_steps": how.get("steps") or [], "window": how.get("window") or 0,
+    out = {"steps": ranges(steps), "asked_steps": how.get("steps") or [], "window": how.get("window") or 0,
            "trigger": None, "stacks": []}
     trig = next((e for e in t.instants if e["name"] == TRIGGER), None)
     if trig is not None:

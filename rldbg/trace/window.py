@@ -43,6 +43,17 @@ def parse_steps(spec) -> tuple:
     return tuple(sorted(out))
 
 
+def ranges(numbers) -> list:
+    """[0, 1, 2, 5] -> [[0, 2], [5, 5]]."""
+    out = []
+    for n in sorted(set(numbers)):
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return out
+
+
 def steps_text(ranges) -> str:
     """((3, 5), (9, 9)) -> "3-5,9"."""
     return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from textual.binding import Binding
 
+from rldbg.trace.window import ranges, steps_text
 from rldbg.tui.model import fmt_bytes
 from rldbg.tui.screens import Prompt
 from rldbg.tui.widgets.lanes import LaneScroller
@@ -33,18 +34,6 @@ def gate_line(gate: dict) -> Line:
     return t
 
 
-def rank_ranges(ranks: list) -> str:
-    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"."""
-    out, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            out.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ",".join(out)
-
-
 def group_shards(shards: list) -> list:
     """[(ranks, shard or None)] with ranks that got identical shards together, in rank order."""
     groups: dict = {}
@@ -58,7 +47,7 @@ def group_shards(shards: list) -> list:
 def shard_rows(shards: list) -> list:
     rows = []
     for ranks, sh in group_shards(shards):
-        label = rank_ranges(ranks) + (f" ({len(ranks)})" if len(ranks) > 2 else "")
+        label = steps_text(ranges(ranks)) + (f" ({len(ranks)})" if len(ranks) > 2 else "")
         if sh is None:
             rows.append((label, "-", "(nothing sent)", "", "", ""))
             continue
