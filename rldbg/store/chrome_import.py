@@ -1,20 +1,16 @@
 """A Chrome JSON trace from elsewhere (a run copied off a cluster, a flight-recorder dump, an
 edited or damaged file) into a store, so that the report reads it as it reads a run's own.
 
-The file is read tolerantly: the array form and the {"traceEvents": [...]} object form, plain or
-gzip. Damage never raises past what it spoils: a gzip stream cut short or corrupt keeps what
-inflated before it, a JSON array cut short keeps the complete events before the cut (as Perfetto
-does), a garbled region is skipped up to the next event line, invalid UTF-8 is replaced, and an
-event missing or mangling a field the analysis needs (ph, ts, dur) is skipped and counted; each
-kind of damage is one note (load_trace() returns the events with them).
+Read tolerantly, array or {"traceEvents": [...]} form, plain or gzip; damage spoils only what it
+touches: a cut or corrupt gzip stream keeps what inflated before it, a cut array its complete
+events (as Perfetto does), a garbled region is skipped to the next event line, invalid UTF-8 is
+replaced, and an event mangling ph, ts or dur is skipped and counted; one note per kind of damage.
 
-The events are laid back into rldbg's columns by rldbg's export layout (rldbg.trace.chrome_text):
-a role is its process's name (process_name metadata) unless the slice's args name one, a rank its
-args' "rank" or its thread (tid = rank + 1), counters on "rank N memory" / "rank N ledger" /
-"rank N gpuK memory" tracks are the memory, ledger and GPU samples, the "rldbg trace start"
-record's args are the store's start. What the report reads is imported: rldbg's slices, those
-instants, those counters and the tracks' processes; a slice or sample of a type rldbg never
-writes is left out here and counted in the store's notes, as the report would count it.
+The events go back into rldbg's columns by its export layout (rldbg.trace.chrome_text): role =
+process_name unless the args name one, rank = args' "rank" or tid - 1, "rank N memory" / "rank N
+ledger" / "rank N gpuK memory" counters are the samples, the "rldbg trace start" args the store's
+start. Only what the report reads is imported; a slice or sample of a type rldbg never writes is
+left out and counted in the store's notes, as the report would count it.
 """
 from __future__ import annotations
 
@@ -52,18 +48,7 @@ def _inflate(raw: bytes, notes: list) -> bytes:
             break
     if not d.eof:
         notes.append("gzip stream truncated (the writer stopped before its end)")
-    else:
-        try:
-            out.append(d.flush())
-        except zlib.error:
-            pass
-    return b"".join(out)
-
-
-def _read_bytes(path: str, notes: list) -> bytes:
-    with open(path, "rb") as f:
-        raw = f.read()
-    return _inflate(raw, notes) if raw[:2] == b"\x1f\x8b" else raw
+    return b"".join(out)   # at eof decompress() has returned everything: flush() holds nothing
 
 
 def _text(path: str, raw: bytes, notes: list) -> str:
@@ -109,11 +94,9 @@ def _scan_array(text: str, start: int, notes: list) -> list:
 
 
 def phases(events) -> tuple[dict, int]:
-    """{ph: [events]} of the valid events, in one pass so that each analysis walks only the
-    events it reads, and how many events were not valid. Valid: a dict whose "ph" is a string,
-    with a finite number (or its text) as "ts" where its phase has a time, and as "dur" if it
-    has one on an "X", and args a dict if any. The rule is written out here, in the loop, and
-    nowhere else: a function call per event cost an eighth of this pass."""
+    """({ph: [valid events]}, how many were not valid), in one pass. Valid: a dict whose "ph" is
+    a string, with a finite number (or its text) as "ts" where its phase has a time and as an
+    "X"'s "dur" if any, and a dict as args if any. Inline: a call per event cost an eighth."""
     out, bad, needs_ts, finite = {}, 0, _NEEDS_TS, math.isfinite
     for e in events:
         try:
@@ -147,9 +130,11 @@ def load_trace(path: str) -> tuple[list[dict], list[str]]:
 
 
 def _load(path: str) -> tuple[list[dict], list[str], dict]:
-    """(the valid events, damage notes, {ph: valid events}) of the file at `path`."""
     notes: list = []
-    raw = _read_bytes(path, notes)
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = _inflate(raw, notes)
     events, s = None, "["
     if not notes:
         try:
@@ -160,21 +145,19 @@ def _load(path: str) -> tuple[list[dict], list[str], dict]:
             events = events.get("traceEvents")
     if not isinstance(events, list):
         events, s = None, _text(path, raw, notes).lstrip()
-    if events is not None:
-        pass
-    elif s.startswith("["):
-        try:
-            events = json.loads(s)   # whole (NaN and Infinity included, which orjson refuses)
-        except ValueError:
-            events = _scan_array(s, 0, notes)
-    elif s.startswith("{"):
-        try:
-            doc = json.loads(s)
-            events = doc.get("traceEvents") if isinstance(doc, dict) else None
-        except ValueError:
-            k = s.find('"traceEvents"')
-            b = s.find("[", k) if k >= 0 else -1
-            events = _scan_array(s, b, notes) if b >= 0 else None
+        if s.startswith("["):
+            try:
+                events = json.loads(s)   # whole (NaN and Infinity included, which orjson refuses)
+            except ValueError:
+                events = _scan_array(s, 0, notes)
+        elif s.startswith("{"):
+            try:
+                doc = json.loads(s)
+                events = doc.get("traceEvents") if isinstance(doc, dict) else None
+            except ValueError:
+                k = s.find('"traceEvents"')
+                b = s.find("[", k) if k >= 0 else -1
+                events = _scan_array(s, b, notes) if b >= 0 else None
     if not isinstance(events, list) or not events and not s.startswith("["):
         raise TraceFileError(f"{path!r} is not a Chrome JSON trace (expected an array of events "
                              f"or an object with traceEvents)")
@@ -204,7 +187,6 @@ def ts_ns(v) -> int:
         except ValueError:
             pass
     return int(round(float(v) * 1000))
-
 
 
 def process_names(meta: list) -> dict:
@@ -282,11 +264,8 @@ def _slices(events, names: dict, odd: dict) -> list:
         if cat == "driver_call" and "mode" not in a:
             continue   # the dispatch/send/wait/recv parts of a driver call
         pid = e.get("pid")
-        if "role" in a:
-            role = a["role"] if type(a["role"]) is str else f"pid {pid}" if a["role"] is None else str(a["role"])
-        else:
-            role = _role_of_pid(names, pid)
-            role = role if role is not None else f"pid {pid}"
+        role = a["role"] if "role" in a else _role_of_pid(names, pid)
+        role = f"pid {pid}" if role is None else role if type(role) is str else str(role)
         rec = {"name": e.get("name"), "rank": a.get("rank", 0), "step": a.get("step"), "method": a.get("method"),
                "flow": a.get("flow"), "args": a}
         why = bad_field(rec)
@@ -326,8 +305,7 @@ def _counters(events, names: dict) -> tuple[list, int, int]:
         args = e.get("args")
         if not args:
             continue
-        name = e.get("name", "")
-        name = name if type(name) is str else str(name)
+        name = str(e.get("name", ""))
         m = _RANK_COUNTER.match(name)
         if m is None and name != _DROPPED:
             continue

@@ -31,15 +31,16 @@ dumps = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False)
 # The C encoder built once (JSONEncoder.encode builds one per call): the same output as dumps.
 _enc = c_make_encoder(None, str, encode_basestring, None, ":", ",", False, False, True)
 _ojdumps = orjson.dumps
+_R3 = [f"{i:03d}" for i in range(1000)]   # the ns digits of a µs time
+_DRIVER = '{"ph":"X","pid":1,"tid":1,"cat":"driver_call","name":'
+_second = itemgetter(1)   # a rank's slice end, in ((role, rank), end)
 
 
 def args_json(args: dict) -> str:
-    """An event's args as JSON: the bytes dumps writes, made by orjson (about 5x faster here)
-    wherever orjson writes the same bytes, by the stdlib's C encoder where it may not: NaN and
-    Infinity (orjson writes null), floats below 1e-4 (orjson writes them without an exponent),
-    keys that are not strings, ints beyond 64 bits and lone surrogates (orjson refuses those).
-    The guards also send some args orjson would have written the same way (a None, a string
-    holding "e-") to the stdlib: slower, never different."""
+    """An event's args as the bytes dumps writes: by orjson (about 5x faster) where it writes the
+    same, by the stdlib's C encoder where it may not: NaN and Infinity (orjson: null), floats below
+    1e-4 (no exponent), non-string keys, ints beyond 64 bits, lone surrogates (orjson refuses them).
+    The guards also catch some args orjson writes alike (a None, "e-" in a string): slower, same."""
     try:
         s = _ojdumps(args, default=str).decode()   # looked into as str: `in` on bytes costs 8x here
     except TypeError:
@@ -62,13 +63,11 @@ _INSTANT_KEYS = re.compile(r'"(?:role|rank|step)":')
 
 
 class Formatter:
-    """Chrome JSON text for the store's events, by string templates: for each kind (rldbg.store.schema:
-    a process's events of one ph, cat, name, role, rank and method) the JSON of everything but the
-    times, the step and the event's own args is built once; per event only those are formatted,
-    and its args text is written as the store holds it (the bytes args_json wrote), joined to the
-    layout's args. The output is byte for byte what json.dumps of the event's dict writes (same
-    keys, same order); an event whose args carry a key the layout also sets takes the dict path,
-    so that a slice's own args win and an instant's lose."""
+    """Chrome JSON text for the store's events by string templates: per kind (rldbg.store.schema:
+    one process, ph, cat, name, role, rank and method) everything but the times, step and own args
+    is built once; per event those are formatted and its stored args text joined to the layout's.
+    Byte for byte what json.dumps of the event's dict writes; args carrying a layout key take the
+    dict path, so that a slice's own args win and an instant's lose."""
 
     def __init__(self, idx, kinds: dict, offsets: dict):
         """`kinds`: id -> (proc, ph, cat, name, role, rank, method); `offsets`: proc -> ns to add."""
@@ -85,16 +84,14 @@ class Formatter:
         layout args as a dict, the bind id's slot or None, kind fields) of a kind."""
         proc, ph, cat, name, role, rank, method = fields = self.kinds[kind]
         base = self.offsets.get(proc, 0) - self.idx.origin
-        slot = None
+        pre, head, tail, after, slot = "", "", "", {}, None
         if ph == "C":
             pre = f'{{"ph":"C","pid":{self.idx.roles[role]},"name":{dumps(f"rank {rank} {name}")},"ts":"'
-            look = (ph, base, pre, "", "", {}, None, fields)
         elif ph in (SLICE, INSTANT):
             pid, tid = self.idx.roles[role], rank + 1
             s = ',"s":"t"' if ph == INSTANT else ""
             pre = f'{{"ph":"{ph}"{s},"pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
             head = args_json({"role": role, "rank": rank})[1:-1]
-            after: dict = {}
             if ph == SLICE:
                 if method is not None:
                     after["method"] = method
@@ -103,10 +100,7 @@ class Formatter:
                 if cat == "call":
                     slot = self.idx.slots.get((role, rank))
             tail = "," + args_json(after)[1:-1] if after else ""
-            look = (ph, base, pre, head, tail, after, slot, fields)
-        else:
-            look = (ph, base, "", "", "", {}, None, fields)
-        self.looks[kind] = look
+        look = self.looks[kind] = (ph, base, pre, head, tail, after, slot, fields)
         return look
 
     def lines(self, rows) -> list:
@@ -129,11 +123,14 @@ class Formatter:
                     aj = f"{{{t[3]}{sj}{t[4]}}}"
                 elif text[0] == "{" and not slice_keys(text):
                     aj = f"{text[:-1]},{t[3]}{sj}{t[4]}}}"
-                else:   # its args in their order and values, then the defaults they lack
-                    args = _as_dict(raw_args(text))
-                    a = dict(args)
-                    a.update(self._layout(t, step))
-                    a.update(args)
+                else:   # its args in their order and values, then the layout's keys they lack
+                    a = dict(_as_dict(raw_args(text)))
+                    a.setdefault("role", t[7][4])
+                    a.setdefault("rank", t[7][5])
+                    if step is not None:
+                        a.setdefault("step", step)
+                    for key, value in t[5].items():   # the kind's method, node and ip
+                        a.setdefault(key, value)
                     aj = args_json(a)
                 dq, dr = divmod(dur, 1000)
                 slot = t[6]
@@ -160,23 +157,11 @@ class Formatter:
             # any other phase: not written
         return out
 
-    @staticmethod
-    def _layout(t: tuple, step) -> dict:
-        """A slice's layout args as a dict: role, rank, step, then the kind's method, node and ip."""
-        _, _, _, _, role, rank, _ = t[7]
-        a = {"role": role, "rank": rank}
-        if step is not None:
-            a["step"] = step
-        a.update(t[5])
-        return a
-
     def _driver_call(self, raw, off: int, put) -> None:
         """One driver call (its spill tuple; `off` puts it on the collector's clock) as the JSON
-        texts of its slices, each handed to `put`: the call, dispatch > send → rank i, wait >
-        recv ← rank i, with the flow ids joining each send and recv to that rank's slice of the
-        call. Built from text pieces (the args every slice of the call shares are written once,
-        a name's JSON once per name): the bytes json.dumps writes for each slice's dict
-        {ph, pid, tid, cat, name, ts, dur, args[, bind_id, flow_out|flow_in]}."""
+        texts of its slices, each handed to `put` (call, dispatch > send → rank i, wait > recv ←
+        rank i, flow ids joining each send and recv to that rank's slice): from text pieces, the
+        bytes json.dumps writes for each slice's dict."""
         _, _, _, ts, dur, _, track, stp, method, flow, args = raw
         idx, r3, j, name = self.idx, _R3, args_json, self._name_json
         # A controller beside the first (rldbg.store.tracks.Tracks.controllers) has a track of its
@@ -196,27 +181,21 @@ class Formatter:
         if track:
             more["rank"] = track
         more = j(more)
-        q, r = divmod(ts - o, 1000)
-        start = f"{q}.{r3[r]}"
-        q, r = divmod(dur, 1000)
-        put(f'{D}{name(method)},"ts":"{start}","dur":"{q}.{r3[r]}","args":{head},{more[1:]}}}')
-        q, r = divmod(t_disp - ts, 1000)
-        put(f'{D}"dispatch","ts":"{start}","dur":"{q}.{r3[r]}","args":{base}}}')
+        start = us(ts - o)
+        put(f'{D}{name(method)},"ts":"{start}","dur":"{us(dur)}","args":{head},{more[1:]}}}')
+        put(f'{D}"dispatch","ts":"{start}","dur":"{us(t_disp - ts)}","args":{base}}}')
         shards = args.get("shards") or []
         roles_of = {r: ro for (ro, r) in ends}
         n = max(world, len(roles_of), 1)
         step_ns = (t_disp - ts) // n
-        q, r = divmod(step_ns, 1000)
-        sdur = f'","dur":"{q}.{r3[r]}","args":{head},"rank":'
+        sdur = f'","dur":"{us(step_ns)}","args":{head},"rank":'
         for i in range(n):
             q, r = divmod(ts + i * step_ns - o, 1000)
             line = (f'{D}"send → rank {i}","ts":"{q}.{r3[r]}{sdur}{i},"shard":'
                     f'{j(shards[i]) if i < len(shards) else "null"}}}')
             fid = idx.bind_id(flow, roles_of[i], i) if i in roles_of else None
             put(f'{line},"bind_id":{fid},"flow_out":true}}' if fid is not None else line + "}")
-        q, r = divmod(t_disp - o, 1000)
-        q2, r2 = divmod(end - t_disp, 1000)
-        put(f'{D}"wait","ts":"{q}.{r3[r]}","dur":"{q2}.{r3[r2]}","args":{base}}}')
+        put(f'{D}"wait","ts":"{us(t_disp - o)}","dur":"{us(end - t_disp)}","args":{base}}}')
         for (ro, r), t in sorted(ends.items(), key=_second):
             q, rr = divmod(min(max(t, t_disp), end) - o, 1000)
             line = (f'{D}"recv ← rank {r}","ts":"{q}.{r3[rr]}","dur":"0.000",'
@@ -239,10 +218,3 @@ def _as_dict(args) -> dict:
     """A slice's or instant's args as the dict the layout's keys join: args that are not one (a
     list, a string, an ext value, from a producer of its own) kept whole under "value"."""
     return args if type(args) is dict else {"value": args}
-
-
-_R3 = [f"{i:03d}" for i in range(1000)]   # the ns digits of a µs time
-
-
-_DRIVER = '{"ph":"X","pid":1,"tid":1,"cat":"driver_call","name":'
-_second = itemgetter(1)   # a rank's slice end, in ((role, rank), end)

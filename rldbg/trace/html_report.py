@@ -18,21 +18,17 @@ from rldbg.trace.report import Trace, analyse_trace, mib_text
 MAX_POINTS = 500      # per series: keeps the page small and quick for long runs
 MAX_RANK_CHARTS = 8   # ledger charts; more ranks are summarised in the memory chart
 STRAGGLER = "#d62728"
-NORMAL = "#1f77b4"
-
-
-def _style():
-    import pygal.style
-    return pygal.style.Style(background="white", plot_background="white", foreground="#333",
-                             foreground_strong="#111", foreground_subtle="#666", opacity=".8",
-                             opacity_hover=".95", font_family="sans-serif",
-                             colors=("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
-                                     "#7f7f7f", "#bcbd22", "#17becf", "#d62728"))
 
 
 def _chart(cls, title: str, **kw):
+    import pygal.style
+    style = pygal.style.Style(background="white", plot_background="white", foreground="#333",
+                              foreground_strong="#111", foreground_subtle="#666", opacity=".8",
+                              opacity_hover=".95", font_family="sans-serif",
+                              colors=("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
+                                      "#7f7f7f", "#bcbd22", "#17becf", "#d62728"))
     # js=() drops pygal's default <script> from a CDN: the page must not need the network.
-    opts = dict(style=_style(), js=(), disable_xml_declaration=True, width=900, height=360, explicit_size=True,
+    opts = dict(style=style, js=(), disable_xml_declaration=True, width=900, height=360, explicit_size=True,
                 legend_at_bottom=True, truncate_legend=40, truncate_label=-1, print_values=False)
     return cls(title=title, **{**opts, **kw})
 
@@ -85,15 +81,14 @@ def charts(t: Trace, r: dict) -> list[tuple[str, str, str]]:
 
     labels, busy, idle = _step_role_time(t)
     if labels:
-        c = _chart(pygal.StackedBar, "Busy time per role in each step (s)", x_title="step",
-                   show_minor_x_labels=False, x_labels_major_every=max(1, len(labels) // 15))
+        per_step = dict(x_title="step", show_minor_x_labels=False, x_labels_major_every=max(1, len(labels) // 15))
+        c = _chart(pygal.StackedBar, "Busy time per role in each step (s)", **per_step)
         c.x_labels = labels
         for role, vals in busy.items():
             c.add(role, vals)
         out.append(("step-time", "Step time by role", c.render(is_unicode=True)))
         c = _chart(pygal.Line, "Controller idle in each step (s): time no worker-group call was running",
-                   x_title="step", show_dots=len(labels) < 60, show_minor_x_labels=False,
-                   x_labels_major_every=max(1, len(labels) // 15))
+                   show_dots=len(labels) < 60, **per_step)
         c.x_labels = labels
         c.add("controller idle", idle)
         out.append(("controller-idle", "Controller idle", c.render(is_unicode=True)))
