@@ -58,7 +58,7 @@ def write_hub_file(info: dict) -> Path:
     return path
 
 
-def _alive(info: dict) -> bool:
+def alive(info: dict) -> bool:
     """False only when the driver is known dead: same host and no such pid."""
     if info.get("host") not in (None, socket.gethostname()) or not info.get("pid"):
         return True
@@ -84,7 +84,7 @@ def read_hub_files() -> list[dict]:
             continue
         info.setdefault("run", run_id(info["job_id"], info.get("pid", 0)))
         info["file"], info["mtime"] = str(p), mtime
-        if not _alive(info):
+        if not alive(info):
             continue
         out.append(info)
     return sorted(out, key=lambda i: i["mtime"])

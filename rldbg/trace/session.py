@@ -95,6 +95,7 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
 def check_path_free(path: str) -> None:
     """RuntimeError (one line) when a live run is writing the trace at `path`: two live runs must
     not share a spill, the second would wipe the first's events."""
+    from rldbg.control.discovery import alive
     from rldbg.trace.spill import meta_path
     spill = spill_dir_for(os.path.abspath(path))
     try:
@@ -103,14 +104,8 @@ def check_path_free(path: str) -> None:
         pid, host = int(old.get("driver_pid") or 0), old.get("host")
     except (OSError, ValueError, TypeError, AttributeError):
         return
-    if not pid or pid == os.getpid() or host != socket.gethostname():
+    if not pid or pid == os.getpid() or host != socket.gethostname() or not alive({"pid": pid, "host": host}):
         return
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return
-    except PermissionError:
-        pass
     raise RuntimeError(f"trace spill {spill!r} belongs to a run that is still going (driver pid {pid}); "
                        "give this run another trace path (trace.path / trainer.run_dir)")
 
