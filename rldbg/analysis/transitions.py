@@ -16,10 +16,6 @@ Verdicts for a transition that frees (its ledger categories drop by E bytes):
   held       not even the allocator freed it: something still references the tensors
 For one that loads E bytes: `more` when the device (or RSS) grew by more than E plus a margin
 (LOAD_MARGIN_BYTES or LOAD_MARGIN_SHARE of E, the larger), else `as_declared`.
-
-The detector (`not_returned`) names a (rank, transition) whose every cycle after the first
-WARMUP_CYCLES is cached or held, over at least MIN_CYCLES cycles: a healthy offload returns its
-bytes every time, and a one-off miss is not a pattern.
 """
 from __future__ import annotations
 
@@ -61,8 +57,6 @@ CAUSES = {
 def _at(series: list, ts: int, after: bool):
     """The sample at an edge: the last one at or before ts (after=False) or the first at or after
     (after=True), if within EDGE_NS of it; else None."""
-    if not series:
-        return None
     if after:
         i = bisect.bisect_left(series, ts, key=_TIME)
         if i < len(series) and series[i][0] - ts <= EDGE_NS:
@@ -113,11 +107,8 @@ def _cycle(s: dict, mem_series: dict, ledger: _Ledger) -> dict | None:
     if not frees and not loads:
         return None
     t0, t1 = s["ts"], s["end"]
-    mem = {}
-    for name in SERIES:
-        series = mem_series.get(name)
-        if series:
-            mem[name] = (_at(series, t0, after=False), _at(series, t1, after=True))
+    mem = {name: (_at(mem_series[name], t0, after=False), _at(mem_series[name], t1, after=True))
+           for name in SERIES if mem_series.get(name)}
     moved = {}
     for cat in dict.fromkeys(frees + loads):
         b = ledger.at(cat, t0)
@@ -165,19 +156,15 @@ def _verdict(c: dict, frees: tuple, gpu: bool) -> str | None:
 def cycles(t) -> dict:
     """(role, rank, transition) -> [cycle dicts] in time order, for every transition of the trace
     `t` (rldbg.trace.report_trace.Trace) that declares frees or loads."""
-    mem_by_rank, ledger_by_rank = defaultdict(dict), defaultdict(dict)
+    mem_by_rank, ledgers = defaultdict(dict), defaultdict(lambda: _Ledger({}))
     for (role, rank, series), samples in t.mem.items():
         mem_by_rank[(role, rank)][series] = samples
     for (role, rank, cat), samples in t.ledger.items():
-        ledger_by_rank[(role, rank)][cat] = samples
-    ledgers = {}
+        ledgers[(role, rank)].series[cat] = samples
     out = defaultdict(list)
     for s in sorted(t.transitions, key=lambda s: s["ts"]):
         key = (s["role"], s["rank"])
-        led = ledgers.get(key)
-        if led is None:
-            led = ledgers[key] = _Ledger(ledger_by_rank.get(key, {}))
-        c = _cycle(s, mem_by_rank.get(key, {}), led)
+        c = _cycle(s, mem_by_rank.get(key, {}), ledgers[key])
         if c is not None:
             # One name may move different things (a wake of the weights, then of the KV cache).
             out[(s["role"], s["rank"], _label(s["name"], c["declared"]))].append(c)
@@ -212,9 +199,10 @@ def table(by_key: dict) -> list[dict]:
 
 
 def not_returned(by_key: dict, warmup: int = WARMUP_CYCLES, min_cycles: int = MIN_CYCLES) -> list[dict]:
-    """The detector: freeing transitions that never return their bytes after warm-up (module
-    docstring). One dict per (role, rank, transition): bytes expected and returned (medians), the
-    cycles judged, the verdict and its cause."""
+    """The detector: a (rank, transition) whose every cycle after the first `warmup` is cached or
+    held, over at least `min_cycles` cycles (a healthy offload returns its bytes every time, and a
+    one-off miss is not a pattern). One dict per finding: bytes expected and returned (medians),
+    the cycles judged, the verdict and its cause."""
     found = []
     for (role, rank, name), cs in sorted(by_key.items()):
         judged = [c for c in cs[warmup:] if c["verdict"] in ("returned", "cached", "held", "rss_kept")]
@@ -257,13 +245,11 @@ def render(rows: list[dict], findings: list[dict]) -> list[str]:
     if not rows:
         return ["memory by transition: no transition declares frees/loads"]
     gpu = any(r["device"] == "cuda" for r in rows)
-    lines = ["memory by transition (MiB, median over cycles; " +
-             ("allocator allocated/reserved, the whole GPU's used):" if gpu else
-              "RSS on CPU):")]
     width = max(24, *(len(r["transition"]) for r in rows))
-    head = (f"  {'role':<8} {'rank':>4} {'transition [ledger categories]':<{width}} {'n':>4} {'ledger':>8} "
-            + (f"{'alloc':>8} {'reserv':>8} {'device':>8}" if gpu else f"{'rss':>8}") + "  verdict")
-    lines.append(head)
+    lines = ["memory by transition (MiB, median over cycles; "
+             + ("allocator allocated/reserved, the whole GPU's used):" if gpu else "RSS on CPU):"),
+             f"  {'role':<8} {'rank':>4} {'transition [ledger categories]':<{width}} {'n':>4} {'ledger':>8} "
+             + (f"{'alloc':>8} {'reserv':>8} {'device':>8}" if gpu else f"{'rss':>8}") + "  verdict"]
     for r in rows:
         led = -r["ledger_freed"] if r["declared"]["frees"] else r["ledger_loaded"]
         mem = (f"{fmt_mib(r['allocated_delta']):>8} {fmt_mib(r['reserved_delta']):>8} {fmt_mib(r['device_delta']):>8}"
@@ -288,8 +274,7 @@ class Live:
 
     def __init__(self):
         self.mem: dict = defaultdict(list)
-        self.led: dict = defaultdict(list)
-        self.ledger = _Ledger(self.led)
+        self.ledger = _Ledger(defaultdict(list))
         self.pending: list = []
         self.by_key: dict = {}
         self.newest = 0
@@ -313,7 +298,7 @@ class Live:
     def ledger_report(self, ts: int, values: dict) -> None:
         for cat, v in values.items():
             if isinstance(v, (int, float)):
-                self._push(self.led[cat], ts, v)
+                self._push(self.ledger.series[cat], ts, v)
 
     def transition(self, name: str, ts: int, dur: int, step, args: dict) -> None:
         if any(moves(args)):

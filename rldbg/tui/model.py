@@ -44,7 +44,7 @@ def mem_value(args: dict) -> int | None:
 @dataclass
 class Lane:
     """Per (role, rank) state folded from events."""
-    call_begin: tuple | None = None      # (ts, method, step) of the newest memory sample taken in a call
+    call_sample: int = 0                 # ts of the newest memory sample taken in a call
     last_end: int = 0                    # end of the newest call slice
     method: str | None = None
     step: int | None = None
@@ -53,19 +53,17 @@ class Lane:
     mem: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MEM_POINTS))
     marks: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MARKS))
     ledger: dict = field(default_factory=dict)
-    cycles: dict = field(default_factory=dict)   # freeing transition -> deque of leaks.Cycle
+    # freeing transition -> its last CYCLES leaks.Cycle
+    cycles: dict = field(default_factory=lambda: collections.defaultdict(lambda: collections.deque(maxlen=CYCLES)))
     flagged: dict = field(default_factory=dict)  # freeing transition -> its keys in EventStore.flags
     truth: truth.Live = field(default_factory=truth.Live)   # what transitions gave back (rldbg.analysis)
-
-    @property
-    def in_call(self) -> bool:
-        return self.call_begin is not None and self.call_begin[0] > self.last_end
 
 
 class EventStore:
     def __init__(self):
         self.lanes: dict = collections.defaultdict(Lane)
-        self.slices: dict = {}            # (role, rank) -> deque of (ts, dur, name, cat, step, status)
+        # (role, rank) -> deque of (ts, dur, name, cat, step, status)
+        self.slices: dict = collections.defaultdict(lambda: collections.deque(maxlen=LANE_SLICES))
         self.steps: dict = {}             # step -> [start_ns, end_ns | None]
         self.methods: set = set()         # every call's method name, for the timeline's legend
         self.notes: collections.deque = collections.deque(maxlen=NOTES)
@@ -103,8 +101,7 @@ class EventStore:
                     if ts >= lane.mem_ts:
                         lane.mem_ts, lane.rss = ts, int(args.get("rss", v))
                 if e.get("method") and ts > lane.last_end:
-                    lane.call_begin = (ts, e.get("method"), e.get("step"))
-                    lane.method, lane.step = e.get("method"), e.get("step")
+                    lane.call_sample, lane.method, lane.step = ts, e.get("method"), e.get("step")
             elif cat == "ledger":
                 lane.ledger.update({k: int(v) for k, v in args.items()})
                 lane.truth.ledger_report(ts, args)
@@ -140,10 +137,7 @@ class EventStore:
     def _slice(self, lane: tuple, s: tuple) -> None:
         if s[3] != "transition" and s[2]:
             self.methods.add(s[2].rsplit(".", 1)[-1])
-        q = self.slices.get(lane)
-        if q is None:
-            q = self.slices[lane] = collections.deque(maxlen=LANE_SLICES)
-        q.append(s)
+        self.slices[lane].append(s)
 
     def _check_leak(self, role, rank, lane: Lane, name: str, args: dict, step, end: int) -> None:
         """rldbg.memory.leaks' rule (the one `rldbg report` applies), live over this rank's last
@@ -152,9 +146,7 @@ class EventStore:
         c = observe(role, rank, name, step, end, frees, args.get("mem_after"), lane.ledger)
         if c is None:
             return
-        q = lane.cycles.get(name)
-        if q is None:
-            q = lane.cycles[name] = collections.deque(maxlen=CYCLES)
+        q = lane.cycles[name]
         q.append(c)
         if len(q) < WARMUP_CYCLES + MIN_CYCLES:
             return    # the rule gives no verdict yet: skip the work (ingest is on the poll path)
@@ -226,7 +218,7 @@ def role_rows(actors: list[dict], store: EventStore, state: dict | None, gpu_by_
                 st = str(a.get("state")).lower()
             elif waiting_group == role:
                 st, method, step = "waiting (gate)", pending.get("method"), pending.get("step")
-            elif lane is not None and lane.in_call:
+            elif lane is not None and lane.call_sample > lane.last_end:   # a sample newer than its last call
                 st = "running"
             elif lane is None and in_flight == role:
                 st, method, step = "running", pending.get("method"), pending.get("step")
@@ -331,8 +323,7 @@ def _lane_key(item):
 
 
 def _slice_key(item):
-    (role, rank), _ = item
-    return (role != "driver", str(role), rank if isinstance(rank, int) else -1)
+    return (item[0][0] != "driver", *_lane_key(item))
 
 
 def _merge_paused(hub_paused: list, dash_paused: list) -> list:

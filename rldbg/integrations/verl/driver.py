@@ -30,8 +30,6 @@ class _Calls(threading.local):
 _calls = _Calls()
 
 
-# ---- naming -------------------------------------------------------------------------------
-
 def raw_class(cls):
     return getattr(cls, "__ray_actor_class__", cls)
 
@@ -53,25 +51,9 @@ def _call_names(wg, udc, method_name: str) -> tuple[str, str]:
     colocated = getattr(udc, ROLES_ATTR, None)
     if colocated and method_name in colocated:
         return colocated[method_name]
-    sub = getattr(wg, "sub_cls_name", "")
-    if sub:
-        return sub, method_name
-    return wg.__dict__.get(GROUP_ROLE) or raw_class(udc).__name__, method_name
+    role = getattr(wg, "sub_cls_name", "") or wg.__dict__.get(GROUP_ROLE) or raw_class(udc).__name__
+    return role, method_name
 
-
-def _taggable(udc, method_name: str) -> bool:
-    """Only methods wrapped on the worker side accept the tag keyword."""
-    colocated = getattr(udc, ROLES_ATTR, None) or {}
-    return getattr(getattr(udc, method_name, None), MARK, False) or method_name in colocated
-
-
-def _mode_name(udc, method_name: str, magic: str) -> str:
-    attrs = getattr(getattr(udc, method_name, None), magic, None) or {}
-    mode = attrs.get("dispatch_mode")
-    return getattr(mode, "name", None) or ("custom" if isinstance(mode, dict) else str(mode))
-
-
-# ---- summaries (cheap: sizes only) ---------------------------------------------------------
 
 def brief(obj) -> dict | None:
     """Rows and keys (shape, dtype, bytes) of a DataProto's tensors, else rldbg's own summary."""
@@ -97,12 +79,14 @@ def _shards(args, kwargs, world: int) -> list | None:
     return out
 
 
-# ---- the generated caller -----------------------------------------------------------------
-
 def make_generator(udc, func_generator, magic: str):
     def generator(wg, method_name, dispatch_fn, collect_fn, execute_fn, blocking):
-        taggable = _taggable(udc, method_name)
-        mode = _mode_name(udc, method_name, magic)
+        bound = getattr(udc, method_name, None)
+        # Only methods wrapped on the worker side accept the tag keyword.
+        taggable = getattr(bound, MARK, False) or method_name in (getattr(udc, ROLES_ATTR, None) or {})
+        dispatch_mode = (getattr(bound, magic, None) or {}).get("dispatch_mode")
+        mode = getattr(dispatch_mode, "name", None) or \
+            ("custom" if isinstance(dispatch_mode, dict) else str(dispatch_mode))
 
         def dispatch(group, *args, **kwargs):
             out = dispatch_fn(group, *args, **kwargs)
@@ -168,13 +152,11 @@ def make_generator(udc, func_generator, magic: str):
 
         caller.__name__ = caller.__qualname__ = method_name
         caller.__code__ = caller.__code__.replace(co_name=method_name, co_qualname=method_name)
-        caller.__doc__ = getattr(getattr(udc, method_name, None), "__doc__", None)
+        caller.__doc__ = getattr(bound, "__doc__", None)
         return caller
 
     return generator
 
-
-# ---- blocking=False: the call closes when its ranks' results are ready ---------------------
 
 class _Pending:
     """A blocking=False call. Closed by whichever comes first: the next driver call (in the
@@ -186,9 +168,8 @@ class _Pending:
         self.call, self.refs, self.closed = call, refs, False
         self.lock = threading.Lock()
         self.finished = threading.Event()   # the call's end is recorded
-        futures = [r.future() for r in refs]
-        threading.Thread(target=self._close_when_ready, args=(futures,), name="rldbg-verl-futures",
-                         daemon=True).start()
+        threading.Thread(target=self._close_when_ready, args=([r.future() for r in refs],),
+                         name="rldbg-verl-futures", daemon=True).start()
 
     def _close_when_ready(self, futures) -> None:
         concurrent.futures.wait(futures)
@@ -202,11 +183,10 @@ class _Pending:
                 return
             self.closed = True
         try:
-            try:
-                ray.get(self.refs, timeout=0)
-            except Exception as exc:
-                instrument.call_failed(self.call, exc)
-                return
+            ray.get(self.refs, timeout=0)
+        except Exception as exc:
+            instrument.call_failed(self.call, exc)
+        else:
             instrument.call_collected(self.call, None)
         finally:
             self.finished.set()
@@ -229,25 +209,18 @@ def _close_when_ready(call, out) -> None:
 
 def _drain() -> None:
     """Close the non-blocking calls whose results are all ready (called before each driver call)."""
-    if not _pending:
-        return
-    import ray
-
     for entry in list(_pending):
-        if entry.closed:
-            # The background closer took it: let it record the end before this next call begins,
-            # or the two calls overlap on the driver's track (Perfetto drops one of them).
-            entry.finished.wait(timeout=2.0)
-            _pending.remove(entry)
-            continue
-        ready, _ = ray.wait(entry.refs, num_returns=len(entry.refs), timeout=0, fetch_local=False)
-        if len(ready) == len(entry.refs):
-            entry.close()                      # returns at once if the background closer won the race:
-            entry.finished.wait(timeout=2.0)   # then wait for it to record the end, as above
-            _pending.remove(entry)
+        if not entry.closed:
+            import ray
+            ready, _ = ray.wait(entry.refs, num_returns=len(entry.refs), timeout=0, fetch_local=False)
+            if len(ready) < len(entry.refs):
+                continue
+            entry.close()   # returns at once if the background closer won the race
+        # Let whichever closer took it record the end before this next call begins, or the two
+        # calls overlap on the driver's track (Perfetto drops one of them).
+        entry.finished.wait(timeout=2.0)
+        _pending.remove(entry)
 
-
-# ---- patches --------------------------------------------------------------------------------
 
 def patch_worker_group_module(mod) -> None:
     from verl.single_controller.base.decorator import MAGIC_ATTR
