@@ -137,9 +137,3 @@ def counter(name: str, **values) -> None:
         buf.append(_counter("user", name, _now(), c.role, c.rank, c.step, c.method, values))
     else:
         rec.dropped += 1
-
-
-def set_clock(fn) -> None:
-    """Timestamps of user events from fn() (time.time_ns by default); tests skew a process's clock."""
-    global _now
-    _now = fn

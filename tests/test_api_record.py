@@ -26,10 +26,9 @@ def state(monkeypatch):
     st = runtime.STATE
     saved = (st.on, st.looked_up, st.recorder, st.last_lookup)
     st.on, st.looked_up, st.recorder, st.last_lookup = True, True, Recorder(1000), time.monotonic()
-    api.set_clock(lambda: T)
+    monkeypatch.setattr(api, "_now", lambda: T)  # user events' timestamps
     monkeypatch.setattr(ri, "_now", lambda: T)   # worker calls' own timestamps
     yield st
-    api.set_clock(time.time_ns)
     st.on, st.looked_up, st.recorder, st.last_lookup = saved
 
 

@@ -72,7 +72,7 @@ class ThreadedServer:
 
 @pytest.mark.parametrize("server", [AsyncServer, ThreadedServer], ids=["async", "threaded"])
 def test_two_concurrent_calls_on_one_actor_record_their_own_method_and_step(ray_cluster, tmp_path, server):
-    from rldbg.store.chrome_import import load_events
+    from trace_of import load_events
 
     rank = 0 if server is AsyncServer else 1
     path = str(tmp_path / "trace.json")

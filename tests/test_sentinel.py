@@ -125,7 +125,7 @@ def test_reward_nan_stops_the_run_at_that_step_naming_the_rank(tmp_path):
     assert inputs["args"][0].tensors["responses"].shape[0] == 8   # rank 1's half of 16 samples
     assert not list((run / "failures").glob("*-reward-0-*")), "rank 0 was healthy"
 
-    from rldbg.store.chrome_import import load_events
+    from trace_of import load_events
 
     from rldbg.trace.report import read_trace
 

@@ -21,7 +21,8 @@ import ray  # noqa: E402
 import rldbg  # noqa: E402
 from rldbg import instrument as ri  # noqa: E402
 from rldbg.trace.export import export_spill  # noqa: E402
-from rldbg.store.chrome_import import load_events, ts_ns  # noqa: E402
+from rldbg.store.chrome_import import ts_ns  # noqa: E402
+from trace_of import load_events  # noqa: E402
 from trace_processor import stats_errors  # noqa: E402
 
 SKEW_NS = 250_000_000   # rank 1's clock runs 250 ms ahead: far more than a call lasts
@@ -38,7 +39,7 @@ class Skewable:
             real = time.time_ns
             time.time_ns = lambda: real() + skew_ns
             # The hot paths (spans, worker calls) bound time.time_ns at import.
-            rldbg.api.set_clock(time.time_ns)
+            rldbg.api._now = time.time_ns
             rldbg.instrument._now = time.time_ns
         self.role, self.rank = role, rank
         ri.set_worker_identity(role, rank, world, roles=roles)

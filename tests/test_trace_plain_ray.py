@@ -160,7 +160,7 @@ def test_workers_created_just_before_tracing_starts_record_their_first_calls(ray
     """Workers look for the collector when they start (none yet), then tracing starts and the
     first traced call arrives well within the usual 1 s re-check: the call's session tag must
     make them look again at once, or every rank's first calls go missing from the trace."""
-    from rldbg.store.chrome_import import load_events
+    from trace_of import load_events
 
     ws = [Worker.remote("critic", r, 2) for r in range(2)]
     ray.get([w.__ray_ready__.remote() for w in ws])

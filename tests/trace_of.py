@@ -1,12 +1,14 @@
 """The report's Trace of some Chrome JSON events, for tests that write events by hand: the events
 go through a file and the report's own reading (imported into a store, read back by its queries),
-as `rldbg report` reads a trace from elsewhere."""
+as `rldbg report` reads a trace from elsewhere; and a trace file's events, for tests that look at
+what the export wrote."""
 from __future__ import annotations
 
 import json
 import os
 import tempfile
 
+from rldbg.store.chrome_import import load_trace
 from rldbg.trace.report import Trace, read_trace
 
 
@@ -18,3 +20,8 @@ def trace_of(events: list) -> Trace:
         return read_trace(path)
     finally:
         os.remove(path)
+
+
+def load_events(path: str) -> list[dict]:
+    """The trace file's events as the tolerant reader loads them (damage notes dropped)."""
+    return load_trace(path)[0]

@@ -175,10 +175,6 @@ def _load(path: str) -> tuple[list[dict], list[str], dict]:
     return good, notes, by_ph
 
 
-def load_events(path: str) -> list[dict]:
-    return load_trace(path)[0]
-
-
 def ts_ns(v) -> int:
     """Chrome JSON µs (number or exact-decimal string) → integer ns."""
     if type(v) is str and len(v) > 4 and v[-4] == ".":

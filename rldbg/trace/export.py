@@ -1,21 +1,17 @@
 """A run's store (rldbg.store) → the Chrome JSON trace Perfetto loads without import errors.
 
 export_spill() writes a spill's store beside the trace (rldbg.store.ingest) and exports from it;
-export_store() exports a store. What the export needs besides the events themselves (the tracks
-in first-seen order, the time origin, each process's clock offset, the rank slices that end each
-driver call) is in the store's tables and one query (Tracks.from_store); the events are then
-read in arrival order and each one's text written by rldbg.trace.chrome_text, which also holds
-the layout: pids, tids, counter tracks, flows.
+export_store() exports a store: the tracks, time origin, clock offsets and the rank slices that end
+each driver call come from the store's tables (Tracks.from_store), then the events in arrival order,
+each one's text written by rldbg.trace.chrome_text, which also holds the layout.
 
 Controllers: each process that makes driver calls or marks steps has a track of its own on the
-driver's process, in the order first seen: "driver", then "controller pid N" (the store holds
-their driver-role events on that track: rldbg.store.ingest).
+driver's process, in the order first seen: "driver", then "controller pid N".
 
-Nodes and clocks: each rank's thread_name metadata carries the process behind it (pid, host,
-node_id, node_ip, its clock offset and uncertainty) and its call slices carry node/ip; a process
-serving several roles appears under each. All of a process's timestamps are shifted by its best
-clock offset estimate (rldbg.trace.clock; the batches carry them): all times are the collector's
-clock. The "rldbg trace start" instant's args hold the per-process estimates ("clock").
+Nodes and clocks: each rank's thread_name metadata names the process behind it (pid, host, node,
+clock offset and uncertainty). A process's timestamps are shifted by its best clock offset
+estimate (rldbg.trace.clock), so all times are the collector's clock; the "rldbg trace start"
+instant's args hold the per-process estimates.
 """
 from __future__ import annotations
 
