@@ -1,15 +1,13 @@
-"""The run as a store: one SQLite file per trace that the report, `rldbg top`'s history and the
-Perfetto export query (rldbg.store.schema lays out its tables).
+"""The run as a store: one SQLite file per trace that the report and the Perfetto export query
+(rldbg.store.schema lays out its tables).
 
 Why SQLite: it is in Python's standard library, so the store adds no dependency to an rldbg that
 must install beside a user's own Ray and torch (DuckDB is a 50 MB wheel); the file is one
-self-describing database any language or the `sqlite3` shell can open and query; it is
-transactional, so a run stopped half-way through writing its store leaves the last whole commit,
-never a torn file; and what the report asks of it (the few thousand rldbg slices and counter
-samples of a run among a million events, picked by an index on the category) it answers without
-a column engine. A run's store sits beside its Perfetto export: `trace.json.gz` and
-`trace.rldbg.db` (store_path_for); a trace from elsewhere is imported into a store first
-(rldbg.store.chrome_import).
+self-describing database any language or the `sqlite3` shell can open; what the report asks of it
+(a few categories' events among a million) it answers in one pass without a column engine; and a
+store cut short is refused, as it lacks its "complete" mark. A run's store sits beside its Perfetto
+export, `trace.json.gz` and `trace.rldbg.db` (store_path_for); a trace from elsewhere is imported
+into a store first (rldbg.store.chrome_import).
 """
 from __future__ import annotations
 
