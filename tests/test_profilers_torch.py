@@ -26,7 +26,7 @@ def test_spec_parse_and_errors():
     assert pspec.parse(s.to_env()) == s
     assert pspec.to_env("/d", roles=["actor"], ranks=[0, 1]) == "dir=/d;run=rldbg;roles=actor;ranks=0,1"
     for bad, words in [("roles=actor", "dir= is required"), ("dir=/d;rank=0", "unknown key 'rank'"),
-                       ("dir=/d;ranks=x", "bad ranks value 'x'"), ("dir=/d;steps=3-1", "bad steps range"),
+                       ("dir=/d;ranks=x", "bad ranks value 'x'"), ("dir=/d;steps=3-1", "bad steps value .3-1."),
                        ("dir=/d;roles=a b", "bad roles value"), ("dir=/d;oops", "bad item 'oops'")]:
         with pytest.raises(pspec.ProfileSpecError, match=words):
             pspec.parse(bad)

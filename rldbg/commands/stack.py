@@ -6,7 +6,7 @@ import json
 import sys
 
 from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
-from rldbg.profilers import hang, stacks, targets
+from rldbg.profilers import stacks, targets
 
 
 def add_arguments(parser) -> None:
@@ -31,7 +31,7 @@ def run(args) -> int:
         return 1
     results = stacks.fetch(found, dash, native=args.native, via=args.via)
     groups, failed = stacks.group(results)
-    explained = hang.explain(results)
+    explained = stacks.explain(results)
     if args.json:
         print(json.dumps({**stacks.to_json(groups, failed), "explanation": explained}, indent=2))
     else:

@@ -48,11 +48,11 @@ def report(group: str, method: str, flow_id: int, waited_s: float) -> list[str]:
     if waited_s >= HANG_AFTER_S and flow_id not in _explained and not lines:
         # 'critic.update_critic has waited 60 s: critic: rank 1 waits in all_reduce ...'
         _explained.add(flow_id)
-        from rldbg.profilers import hang, stacks, targets
+        from rldbg.profilers import stacks, targets
         try:
             dash = Dashboard(address, timeout=5)
             found = targets.find(dash, role=group)
-            explained = hang.explain(stacks.fetch(found, dash)) if found else []
+            explained = stacks.explain(stacks.fetch(found, dash)) if found else []
         except Exception:  # noqa: BLE001 - best effort: never disturb the run
             explained = []
         lines += [f"rldbg: {group}.{method} has waited {waited_s:.0f} s: {e} "

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from os import getenv as _env
 
+from rldbg.debug.specs import numbers
 from rldbg.switches import PROFILE as ENV
 
 KEYS = ("roles", "ranks", "steps", "methods", "dir", "run")
@@ -51,18 +52,11 @@ class ProfileSpec:
 
 
 def _ints(key: str, text: str) -> frozenset:
-    out = set()
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        lo, dash, hi = item.partition("-")
-        try:
-            a, b = (int(lo), int(hi)) if dash else (int(item), int(item))
-        except ValueError:
-            raise ProfileSpecError(f"{ENV}: bad {key} value {item!r}: expected integers or ranges, "
-                                   f"e.g. {key}=0,2-3") from None
-        if a < 0 or b < a:
-            raise ProfileSpecError(f"{ENV}: bad {key} range {item!r}: expected 0 <= first <= last")
-        out.update(range(a, b + 1))
-    return frozenset(out)
+    try:
+        return numbers(text) if text.strip() else frozenset()
+    except ValueError as e:
+        raise ProfileSpecError(f"{ENV}: bad {key} value {str(e)!r}: expected integers or ranges "
+                               f"first-last with first <= last, e.g. {key}=0,2-3") from None
 
 
 def _names(key: str, text: str) -> frozenset:

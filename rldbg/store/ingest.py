@@ -12,7 +12,6 @@ skipped.
 """
 from __future__ import annotations
 
-import json
 import sqlite3
 from operator import itemgetter
 
@@ -141,7 +140,7 @@ def _write_index(conn, idx: Tracks, procs: dict, meta: dict, source: str) -> Non
         dropped, t_sent = drops.get(key, (0, 0))
         off = idx.offsets.get(key, 0)
         conn.execute("INSERT INTO processes VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                     (pid, key, _plain(p.get("pid")), _plain(p.get("host")), p.get("node_id"), p.get("node_ip"),
+                     (pid, key, *_bindable((p.get("pid"), p.get("host"))), p.get("node_id"), p.get("node_ip"),
                       p.get("clock_offset_ns"), p.get("clock_uncertainty_ns"), dropped, t_sent,
                       idx.first.get(key), off - idx.origin))
     order = [(role, rank) for role in idx.roles for rank in sorted(idx.ranks.get(role, ()))]
@@ -154,6 +153,3 @@ def _write_index(conn, idx: Tracks, procs: dict, meta: dict, source: str) -> Non
     schema.put(conn, "dropped_total", sum(d for d, _ in drops.values()))
     schema.put(conn, "start", idx.start_args(aligned=True))
 
-
-def _plain(v):
-    return v if type(v) in _BINDABLE else json.dumps(v, default=str)
