@@ -32,7 +32,8 @@ def main():
     ray.init(address="local", num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=True,
              dashboard_host="127.0.0.1", dashboard_port=int(os.environ.get("DASHBOARD_PORT", "8265")),
              log_to_driver=True)
-    print(f"controller pid {ray.get(TaskRunner.remote().run.remote())}", flush=True)
+    runner = TaskRunner.remote()   # held, as main_ppo does: Ray 2.41 refuses a call on a dropped handle
+    print(f"controller pid {ray.get(runner.run.remote())}", flush=True)
     ray.shutdown()
 
 
