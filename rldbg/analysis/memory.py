@@ -5,15 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import bisect
-from operator import itemgetter
+from collections import defaultdict
 
 from rldbg.memory.leaks import leak_suspicions, observe
 from rldbg.trace.events import moves
+from rldbg.trace.report_trace import columns
 
 if TYPE_CHECKING:
     from rldbg.trace.report_trace import Trace
-
-_TIME = itemgetter(0)   # of a (ts, value) sample
 
 
 def memory_peaks(t: Trace) -> list:
@@ -23,8 +22,7 @@ def memory_peaks(t: Trace) -> list:
         role, rank, a = s["role"], s["rank"], s["args"]
         got = by_rank.get((role, rank))
         if got is None:   # once per rank, not per call: a long run has 100k calls per rank
-            series = t.mem_series(role, rank)
-            got = by_rank[(role, rank)] = ([p[0] for p in series], [p[1] for p in series])
+            got = by_rank[(role, rank)] = columns(t.mem_series(role, rank))
         ts, vs = got
         # The peak: of the samples inside the slice (max() over a slice of the values, at C
         # speed) and of the slice's own readings before and after; the first of equals, as max().
@@ -49,24 +47,22 @@ def memory_peaks(t: Trace) -> list:
     return sorted(peaks.values(), key=lambda p: (p["role"], -p["peak_bytes"]))
 
 
-def _ledger_at(t: Trace, role, rank, ts: int) -> dict:
-    """The rank's ledger as last reported at or before ts: {category: bytes}."""
-    out = {}
-    for (ro, rk, cat), series in t.ledger.items():
-        if ro == role and rk == rank:
-            i = bisect.bisect_right(series, ts, key=_TIME)
-            if i:
-                out[cat] = series[i - 1][1]
-    return out
-
-
 def leaks(t: Trace) -> list:
     """Leak suspicions by the one rule in rldbg.memory.leaks (also used by `rldbg top`)."""
+    ledgers = defaultdict(dict)   # (role, rank) -> {category: (times, bytes)}
+    for (role, rank, cat), series in t.ledger.items():
+        ledgers[(role, rank)][cat] = columns(series)
     cycles = []
     for s in t.transitions:
         frees, _ = moves(s["args"])
-        c = observe(s["role"], s["rank"], s["name"], s["step"], s["end"], frees, s["args"].get("mem_after"),
-                    _ledger_at(t, s["role"], s["rank"], s["end"]) if frees else {})
+        if not frees:
+            continue
+        end, at = s["end"], {}   # the rank's ledger as last reported by the transition's end
+        for cat, (times, values) in ledgers.get((s["role"], s["rank"]), {}).items():
+            i = bisect.bisect_right(times, end)
+            if i:
+                at[cat] = values[i - 1]
+        c = observe(s["role"], s["rank"], s["name"], s["step"], end, frees, s["args"].get("mem_after"), at)
         if c is not None:
             cycles.append(c)
     return leak_suspicions(cycles)

@@ -25,6 +25,7 @@ from collections import Counter, defaultdict
 from operator import itemgetter
 
 from rldbg.trace.events import moves
+from rldbg.trace.report_trace import columns
 
 MiB = 1 << 20
 RETURNED_SHARE = 0.5
@@ -39,7 +40,7 @@ MIN_CYCLES = 2
 EDGE_NS = 1_000_000               # an edge sample further than this from the edge is not the edge's
 
 SERIES = ("cuda_allocated", "cuda_reserved", "device_used", "rss")
-_TIME = itemgetter(0)   # of a (ts, value) sample: series are searched by time
+_NONE = ((), ())
 
 CAUSES = {
     "returned": "returned to the device",
@@ -54,17 +55,13 @@ CAUSES = {
 }
 
 
-def _at(series: list, ts: int, after: bool):
-    """The sample at an edge: the last one at or before ts (after=False) or the first at or after
-    (after=True), if within EDGE_NS of it; else None."""
-    if after:
-        i = bisect.bisect_left(series, ts, key=_TIME)
-        if i < len(series) and series[i][0] - ts <= EDGE_NS:
-            return series[i][1]
-    else:
-        i = bisect.bisect_right(series, ts, key=_TIME)
-        if i and ts - series[i - 1][0] <= EDGE_NS:
-            return series[i - 1][1]
+def _change(series: tuple, t0: int, t1: int):
+    """A (times, values) series' change over a transition: the first sample at or after t1 less
+    the last one at or before t0, each taken only within EDGE_NS of its edge; else None."""
+    times, values = series
+    i, j = bisect.bisect_right(times, t0), bisect.bisect_left(times, t1)
+    if i and t0 - times[i - 1] <= EDGE_NS and j < len(times) and times[j] - t1 <= EDGE_NS:
+        return values[j] - values[i - 1]
     return None
 
 
@@ -73,33 +70,22 @@ class _Ledger:
     earlier transition left standing in for a report that came only after it."""
 
     def __init__(self, series: dict):
-        self.series = series          # category -> [(ts, bytes)] sorted
+        self.series = series          # category -> (times, bytes) sorted by time
         self.left: dict = {}          # category -> (ts, bytes) a transition left
 
-    def at(self, cat: str, ts: int):
-        s = self.series.get(cat) or []
-        i = bisect.bisect_right(s, ts, key=_TIME)
-        reported = s[i - 1] if i else None
+    def edges(self, cat: str, t0: int, t1: int) -> tuple:
+        """(before, after) a transition over [t0, t1]: what was last reported at t0, and what it
+        left: the last report inside it, else the first one after it (None for none)."""
+        times, values = self.series.get(cat, _NONE)
+        i, j = bisect.bisect_right(times, t0), bisect.bisect_right(times, t1)
         left = self.left.get(cat)
-        if left is not None and (reported is None or left[0] >= reported[0]):
-            return left[1]
-        return reported[1] if reported else None
-
-    def after(self, cat: str, t0: int, t1: int):
-        """What the transition left: the last report inside it, else the first one after it."""
-        s = self.series.get(cat) or []
-        j = bisect.bisect_right(s, t1, key=_TIME)
-        if j and s[j - 1][0] >= t0:
-            return s[j - 1][1]
-        if j < len(s):
-            self.left[cat] = (t1, s[j][1])
-            return s[j][1]
-        return None
-
-
-def _delta(mem: dict, name: str):
-    b, a = mem.get(name, (None, None))
-    return None if b is None or a is None else a - b
+        before = left[1] if left is not None and (not i or left[0] >= times[i - 1]) else values[i - 1] if i else None
+        if j and times[j - 1] >= t0:
+            return before, values[j - 1]
+        if j < len(times):
+            self.left[cat] = (t1, values[j])
+            return before, values[j]
+        return before, None
 
 
 def _cycle(s: dict, mem_series: dict, ledger: _Ledger) -> dict | None:
@@ -107,28 +93,23 @@ def _cycle(s: dict, mem_series: dict, ledger: _Ledger) -> dict | None:
     if not frees and not loads:
         return None
     t0, t1 = s["ts"], s["end"]
-    mem = {name: (_at(mem_series[name], t0, after=False), _at(mem_series[name], t1, after=True))
-           for name in SERIES if mem_series.get(name)}
-    moved = {}
+    delta = {name: _change(mem_series[name], t0, t1) for name in SERIES if name in mem_series}
+    freed = loaded = 0
     for cat in dict.fromkeys(frees + loads):
-        b = ledger.at(cat, t0)
-        a = ledger.after(cat, t0, t1)
+        b, a = ledger.edges(cat, t0, t1)
         if b is not None and a is not None:
-            moved[cat] = (b, a)
-    freed = sum(b - a for c, (b, a) in moved.items() if c in frees and b > a)
-    loaded = sum(a - b for c, (b, a) in moved.items() if c in loads and a > b)
-    gpu = "cuda_allocated" in mem
-    c = {"step": s["step"], "ts": t0, "declared": {"frees": list(frees), "loads": list(loads)},
-         "ledger": {k: {"before": b, "after": a} for k, (b, a) in moved.items()},
-         "ledger_freed": freed, "ledger_loaded": loaded, "device": "cuda" if gpu else "cpu",
-         "memory": {k: {"before": b, "after": a} for k, (b, a) in mem.items()},
-         "allocated_delta": _delta(mem, "cuda_allocated"), "reserved_delta": _delta(mem, "cuda_reserved"),
-         "device_delta": _delta(mem, "device_used"), "rss_delta": _delta(mem, "rss")}
+            if cat in frees and b > a:
+                freed += b - a
+            if cat in loads and a > b:
+                loaded += a - b
+    gpu, d = "cuda_allocated" in delta, delta.get
     # The whole GPU's figure first: a transition may put another process to sleep (a rollout
     # server), whose memory comes back there and not in this process's own.
-    returned_d = next((d for d in (c["device_delta"], c["reserved_delta"]) if d is not None),
-                      None) if gpu else c["rss_delta"]
-    c["returned"] = None if returned_d is None else -returned_d
+    back = d("rss") if not gpu else d("cuda_reserved") if d("device_used") is None else d("device_used")
+    c = {"step": s["step"], "declared": {"frees": list(frees), "loads": list(loads)}, "ledger_freed": freed,
+         "ledger_loaded": loaded, "device": "cuda" if gpu else "cpu", "allocated_delta": d("cuda_allocated"),
+         "reserved_delta": d("cuda_reserved"), "device_delta": d("device_used"), "rss_delta": d("rss"),
+         "returned": None if back is None else -back}
     c["verdict"] = _verdict(c, frees, gpu)
     return c
 
@@ -156,18 +137,21 @@ def _verdict(c: dict, frees: tuple, gpu: bool) -> str | None:
 def cycles(t) -> dict:
     """(role, rank, transition) -> [cycle dicts] in time order, for every transition of the trace
     `t` (rldbg.trace.report_trace.Trace) that declares frees or loads."""
-    mem_by_rank, ledgers = defaultdict(dict), defaultdict(lambda: _Ledger({}))
+    mem_by_rank, ledgers, labels = defaultdict(dict), defaultdict(lambda: _Ledger({})), {}
     for (role, rank, series), samples in t.mem.items():
-        mem_by_rank[(role, rank)][series] = samples
+        mem_by_rank[(role, rank)][series] = columns(samples)
     for (role, rank, cat), samples in t.ledger.items():
-        ledgers[(role, rank)].series[cat] = samples
+        ledgers[(role, rank)].series[cat] = columns(samples)
     out = defaultdict(list)
-    for s in sorted(t.transitions, key=lambda s: s["ts"]):
+    for s in sorted(t.transitions, key=itemgetter("ts")):
         key = (s["role"], s["rank"])
         c = _cycle(s, mem_by_rank.get(key, {}), ledgers[key])
         if c is not None:
             # One name may move different things (a wake of the weights, then of the KV cache).
-            out[(s["role"], s["rank"], _label(s["name"], c["declared"]))].append(c)
+            d = c["declared"]
+            k = (s["name"], tuple(d["frees"]), tuple(d["loads"]))
+            label = labels.get(k) or labels.setdefault(k, _label(s["name"], d))
+            out[(s["role"], s["rank"], label)].append(c)
     return dict(out)
 
 
@@ -193,7 +177,7 @@ def table(by_key: dict) -> list[dict]:
         main = verdicts.most_common(1)[0][0] if verdicts else None
         rows.append({"role": role, "rank": rank, "transition": name, "cycles": len(cs),
                      "device": cs[0]["device"], "declared": cs[0]["declared"],
-                     **{k: _median([c[k] for c in cs]) for k in _MEDIANS},
+                     **dict(zip(_MEDIANS, map(_median, zip(*map(itemgetter(*_MEDIANS), cs))))),
                      "verdict": main, "verdicts": dict(verdicts), "cause": CAUSES.get(main) if main else None})
     return rows
 
@@ -273,20 +257,20 @@ class Live:
     CYCLES = 32          # cycles kept per transition
 
     def __init__(self):
-        self.mem: dict = defaultdict(list)
-        self.ledger = _Ledger(defaultdict(list))
+        self.mem: dict = defaultdict(lambda: ([], []))
+        self.ledger = _Ledger(defaultdict(lambda: ([], [])))
         self.pending: list = []
         self.by_key: dict = {}
         self.newest = 0
 
     @staticmethod
-    def _push(series: list, ts: int, v) -> None:
-        if series and ts < series[-1][0]:
-            bisect.insort(series, (ts, v))
-        else:
-            series.append((ts, v))
-        if len(series) > 2 * Live.KEEP:
-            del series[:-Live.KEEP]
+    def _push(series: tuple, ts: int, v) -> None:
+        times, values = series
+        i = bisect.bisect_right(times, ts)
+        times.insert(i, ts)
+        values.insert(i, v)
+        if len(times) > 2 * Live.KEEP:
+            del times[:-Live.KEEP], values[:-Live.KEEP]
 
     def memory(self, ts: int, sample: dict) -> None:
         for name in SERIES:

@@ -34,6 +34,11 @@ def finite_number(v) -> bool:
     return (t is int and -_FLOAT_MAX <= v <= _FLOAT_MAX) or (t is float and v - v == 0.0)   # inf - inf: nan
 
 
+def columns(samples: list) -> tuple:
+    """A [(ts, value)] series as (times, values): searched by time without a key function."""
+    return [p[0] for p in samples], [p[1] for p in samples]
+
+
 def bad_field(r: dict) -> str | None:
     """The first field of a slice record that breaks the rule above, or None."""
     for k, ok in _RECORD_TYPES:
