@@ -8,8 +8,10 @@ the same track across steps and methods, driver calls with shards, results and f
 from __future__ import annotations
 
 import json
+import sqlite3
 
 from rldbg.trace import events as ev
+from rldbg.trace.chrome_text import COUNTER_LINE
 from rldbg.trace.export import export_spill
 from rldbg.trace.spill import SpillWriter
 
@@ -109,3 +111,14 @@ def test_a_driver_call_becomes_its_call_dispatch_sends_wait_and_recvs(tmp_path):
     assert (s0["bind_id"], s0["flow_out"], r0["bind_id"], r0["flow_in"]) == (ranks[0], True, ranks[0], True)
     assert s1["bind_id"] == r1["bind_id"] == ranks[1] != ranks[0]
     assert "flow_in" not in s0 and "flow_out" not in r0
+
+
+def test_sqlite_writes_a_counters_time_as_divmod_does():
+    """COUNTER_LINE floor-divides ts + the ns to add as divmod does: before the origin too, and at
+    the ends of 64 bits, where their sum would leave them."""
+    conn = sqlite3.connect(":memory:")
+    sql = f"SELECT {COUNTER_LINE} FROM (SELECT ? AS ts, NULL AS args) e, (SELECT 'p' AS pre, ? AS q, ? AS r) c"
+    for ts in (0, 999, 1000, -1, -999, -1000, -1001, 1 << 62, (1 << 63) - 1, -(1 << 63)):
+        for add in (0, 1, -1, 1500, -1500, -(1 << 63), (1 << 63) - 1):
+            q, r = divmod(ts + add, 1000)
+            assert conn.execute(sql, (ts, *divmod(add, 1000))).fetchone()[0] == f'p{q}.{r:03d}","args":null}},\n'

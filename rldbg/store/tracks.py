@@ -104,21 +104,17 @@ class Tracks:
                 idx.rank_proc[(role, rank)] = keys[proc]
         idx.n = conn.execute("SELECT count(*) FROM events").fetchone()[0]
         # The rank slices of each driver call, a later one winning for the same rank: the call
-        # slices and the driver calls read in one pass, those of a flow no driver call has left out.
-        calls = {kind: (ph, role, rank, keys[proc]) for kind, ph, role, rank, proc in conn.execute(
+        # slices and the driver calls read in one scan of the events, those of a flow no call has left
+        # out; no scan where no kind is a driver call's (a run of the user's own spans).
+        calls = {kind: (ph == "D", (role, rank), keys[proc]) for kind, ph, role, rank, proc in conn.execute(
             "SELECT id, ph, role, rank, proc FROM kinds WHERE cat = 'call' AND ph IN ('X', 'D')")}
-        called, ends = set(), []
-        for kind, flow, end in conn.execute(
-                "SELECT kind, flow, ts + dur FROM events WHERE kind IN "
-                "(SELECT id FROM kinds WHERE cat = 'call' AND ph IN ('X', 'D')) ORDER BY seq"):
-            ph, role, rank, key = calls[kind]
-            if ph == "D":
-                called.add(flow)
-            else:
-                ends.append((flow, role, rank, end, key))
-        for flow, role, rank, end, key in ends:
-            if flow is not None and flow in called:
-                idx.rank_ends.setdefault(flow, {})[(role, rank)] = (end, key)
+        rows = conn.execute("SELECT kind, flow, ts + dur FROM events WHERE kind IN "
+                            "(SELECT id FROM kinds WHERE cat = 'call' AND ph IN ('X', 'D')) ORDER BY seq"
+                            ).fetchall() if any(d for d, _, _ in calls.values()) else ()
+        called = {flow for kind, flow, _ in rows if calls[kind][0] and flow is not None}
+        for kind, flow, end in rows:
+            if flow in called and not calls[kind][0]:
+                idx.rank_ends.setdefault(flow, {})[calls[kind][1]] = (end, calls[kind][2])
         idx.finish(align)
         return idx
 
@@ -140,16 +136,6 @@ class Tracks:
             d[1] += self.offsets.get(key, 0)
         self.slots = {rr: i for i, rr in enumerate((role, rank) for role in self.roles
                                                    for rank in sorted(self.ranks.get(role, ())))}
-
-    def bind_id(self, flow, role: str, rank: int) -> int | None:
-        """The flow id joining the driver's send/recv for `flow` to role/rank's slice: computed,
-        not handed out in order: the same for a call whichever of its events is written first.
-        None for a flow that is not a small non-negative int (not rldbg's own): no arrow."""
-        slot = self.slots.get((role, rank))
-        if type(flow) is not int or flow < 0 or slot is None:
-            return None
-        fid = flow * len(self.slots) + slot + 1
-        return fid if fid < 1 << 63 else None
 
     def start_args(self, aligned: bool) -> dict:
         """The args of the trace's start record: its origin, job, clocks and what was recorded."""

@@ -12,8 +12,8 @@ the rank slice). A slice's args are its own then the layout's role/rank/step/met
 that are not a dict are kept whole under "value".
 
 Everything here reads the store's tracks (rldbg.store.tracks.Tracks: tracks, origin, clock
-offsets, rank slice ends, bind ids) and writes text; the exporter owns the read of the store
-and the file around the events.
+offsets, rank slice ends, bind ids) and writes text, a counter's by SQLite (COUNTER_LINE: most of a
+run's events, never brought into Python); the exporter owns the read of the store and the file.
 """
 from __future__ import annotations
 
@@ -30,10 +30,14 @@ from rldbg.trace.events import INSTANT, SLICE
 dumps = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
 # The C encoder built once (JSONEncoder.encode builds one per call): the same output as dumps.
 _enc = c_make_encoder(None, str, encode_basestring, None, ":", ",", False, False, True)
-_ojdumps = orjson.dumps
 _R3 = [f"{i:03d}" for i in range(1000)]   # the ns digits of a µs time
 _DRIVER = '{"ph":"X","pid":1,"tid":1,"cat":"driver_call","name":'
-_second = itemgetter(1)   # a rank's slice end, in ((role, rank), end)
+# A counter's line and the ",\n" after it, written by SQLite from its row in events (e) and its kind's
+# in temp.counters (c: Formatter.counters): ts + the ns to add floor-divided by 1000 as divmod does,
+# from the two parts of each (no sum leaves 64 bits; the +1000 keeps % from going negative).
+COUNTER_LINE = ("""printf('%s%d.%03d","args":%s},\n', c.pre, """
+                """e.ts / 1000 + c.q + (e.ts % 1000 + c.r + 1000) / 1000 - 1, (e.ts % 1000 + c.r + 1000) % 1000, """
+                """coalesce(e.args, 'null'))""")
 
 
 def args_json(args: dict) -> str:
@@ -42,7 +46,7 @@ def args_json(args: dict) -> str:
     1e-4 (no exponent), non-string keys, ints beyond 64 bits, lone surrogates (orjson refuses them).
     The guards also catch some args orjson writes alike (a None, "e-" in a string): slower, same."""
     try:
-        s = _ojdumps(args, default=str).decode()   # looked into as str: `in` on bytes costs 8x here
+        s = orjson.dumps(args, default=str).decode()   # looked into as str: `in` on bytes costs 8x here
     except TypeError:
         return "".join(_enc(args, 0))
     if "null" in s or "e-" in s or ".0000" in s:
@@ -78,16 +82,15 @@ class Formatter:
         self.kinds, self.offsets = kinds, offsets
         self.looks: dict = {}   # kind id -> its template (_look)
         self.names: dict = {}   # a driver call's method or served role, or a step -> its JSON
+        self.more = 0   # lines written beyond one an event: a driver call's but one, less one an event not written
 
     def _look(self, kind: int) -> tuple:
         """(ph, ns to add to ts, text up to the ts digits, layout args before the step, after it,
-        layout args as a dict, the bind id's slot or None, kind fields) of a kind."""
+        a slice's layout args but the step as a dict, the bind id's slot or None, kind fields) of a kind."""
         proc, ph, cat, name, role, rank, method = fields = self.kinds[kind]
         base = self.offsets.get(proc, 0) - self.idx.origin
         pre, head, tail, after, slot = "", "", "", {}, None
-        if ph == "C":
-            pre = f'{{"ph":"C","pid":{self.idx.roles[role]},"name":{dumps(f"rank {rank} {name}")},"ts":"'
-        elif ph in (SLICE, INSTANT):
+        if ph in (SLICE, INSTANT):
             pid, tid = self.idx.roles[role], rank + 1
             s = ',"s":"t"' if ph == INSTANT else ""
             pre = f'{{"ph":"{ph}"{s},"pid":{pid},"tid":{tid},"cat":{dumps(cat)},"name":{dumps(name)},"ts":"'
@@ -95,96 +98,96 @@ class Formatter:
             if ph == SLICE:
                 if method is not None:
                     after["method"] = method
-                if cat == "call" and (role, rank) in self.nodes:
-                    after["node"], after["ip"] = self.nodes[(role, rank)]
                 if cat == "call":
+                    after.update(zip(("node", "ip"), self.nodes.get((role, rank), ())))
                     slot = self.idx.slots.get((role, rank))
             tail = "," + args_json(after)[1:-1] if after else ""
-        look = self.looks[kind] = (ph, base, pre, head, tail, after, slot, fields)
+        look = self.looks[kind] = (ph, base, pre, head, tail, {"role": role, "rank": rank, **after}, slot, fields)
         return look
 
+    def counters(self) -> list:
+        """(kind, its text up to the ts digits, *divmod(ns to add, 1000)) of each counter kind: the
+        rest of a counter's line is SQLite's (COUNTER_LINE)."""
+        return [(kind, f'{{"ph":"C","pid":{self.idx.roles[role]},"name":{dumps(f"rank {rank} {name}")},"ts":"',
+                 *divmod(self.offsets.get(proc, 0) - self.idx.origin, 1000))
+                for kind, (proc, ph, _, name, role, rank, _) in self.kinds.items() if ph == "C"]
+
     def lines(self, rows) -> list:
-        """The JSON texts of the store's event rows (kind, ts, dur, step, flow, args text), in
-        order (a driver call expands into several)."""
+        """The JSON text of each of the store's event rows (kind, ts, dur, step, flow, args text)
+        but counters, in order: its lines each followed by ",\n" (a driver call's several, an
+        unknown phase's none)."""
         looks, look_of, step_json, r3 = self.looks, self._look, self._name_json, _R3
         slice_keys, instant_keys = _SLICE_KEYS.search, _INSTANT_KEYS.search
         nslots = len(self.idx.slots)
         out = []
         app = out.append
         for kind, ts, dur, step, flow, text in rows:
-            t = looks.get(kind) or look_of(kind)
-            ph = t[0]
-            q, r = divmod(ts + t[1], 1000)
-            if ph == "C":
-                app(f'{t[2]}{q}.{r3[r]}","args":{"null" if text is None else text}}}')
-            elif ph == "X":
+            ph, base, pre, head, tail, lay, slot, fields = looks.get(kind) or look_of(kind)
+            q, r = divmod(ts + base, 1000)
+            if ph == "X":
                 sj = "" if step is None else f',"step":{step}' if type(step) is int else ',"step":' + step_json(step)
                 if text is None:
-                    aj = f"{{{t[3]}{sj}{t[4]}}}"
+                    aj = f"{{{head}{sj}{tail}}}"
                 elif text[0] == "{" and not slice_keys(text):
-                    aj = f"{text[:-1]},{t[3]}{sj}{t[4]}}}"
+                    aj = f"{text[:-1]},{head}{sj}{tail}}}"
                 else:   # its args in their order and values, then the layout's keys they lack
-                    a = dict(_as_dict(raw_args(text)))
-                    a.setdefault("role", t[7][4])
-                    a.setdefault("rank", t[7][5])
-                    if step is not None:
-                        a.setdefault("step", step)
-                    for key, value in t[5].items():   # the kind's method, node and ip
-                        a.setdefault(key, value)
-                    aj = args_json(a)
+                    a = raw_args(text) if text[0] == "{" else {"value": raw_args(text)}   # not a map: kept whole
+                    aj = args_json({**a, **lay, **a} if step is None else
+                                   {**a, "role": fields[4], "rank": fields[5], "step": step, **lay, **a})
                 dq, dr = divmod(dur, 1000)
-                slot = t[6]
                 fid = flow * nslots + slot + 1 if slot is not None and type(flow) is int and flow >= 0 else None
                 if fid is not None and fid < 1 << 63:
-                    app(f'{t[2]}{q}.{r3[r]}","dur":"{dq}.{r3[dr]}","args":{aj},'
-                        f'"bind_id":{fid},"flow_in":true,"flow_out":true}}')
+                    app(f'{pre}{q}.{r3[r]}","dur":"{dq}.{r3[dr]}","args":{aj},'
+                        f'"bind_id":{fid},"flow_in":true,"flow_out":true}},\n')
                 else:
-                    app(f'{t[2]}{q}.{r3[r]}","dur":"{dq}.{r3[dr]}","args":{aj}}}')
+                    app(f'{pre}{q}.{r3[r]}","dur":"{dq}.{r3[dr]}","args":{aj}}},\n')
             elif ph == "i":
                 sj = "null" if step is None else str(step) if type(step) is int else step_json(step)
                 if text is None:
-                    aj = f'{{{t[3]},"step":{sj}}}'
+                    aj = f'{{{head},"step":{sj}}}'
                 elif text[0] == "{" and not instant_keys(text):
-                    aj = f'{text[:-1]},{t[3]},"step":{sj}}}'
+                    aj = f'{text[:-1]},{head},"step":{sj}}}'
                 else:
-                    _, role, rank, _ = t[7][3:]
-                    aj = args_json(dict(_as_dict(raw_args(text)), role=role, rank=rank, step=step))
-                app(f'{t[2]}{q}.{r3[r]}","args":{aj}}}')
+                    a = raw_args(text) if text[0] == "{" else {"value": raw_args(text)}
+                    aj = args_json({**a, "role": fields[4], "rank": fields[5], "step": step})
+                app(f'{pre}{q}.{r3[r]}","args":{aj}}},\n')
             elif ph == "D":
-                _, _, cat, name, role, rank, method = t[7]
-                raw = (ph, cat, name, ts, dur, role, rank, step, method, flow, raw_args(text))
-                self._driver_call(raw, t[1] + self.idx.origin, app)
-            # any other phase: not written
+                app(self._driver_call(ts + base + self.idx.origin, dur, fields[5], step, fields[6], flow,
+                                      raw_args(text), base + self.idx.origin))
+            else:   # any other phase: not written
+                self.more -= 1
+                app("")
         return out
 
-    def _driver_call(self, raw, off: int, put) -> None:
-        """One driver call (its spill tuple; `off` puts it on the collector's clock) as the JSON
-        texts of its slices, each handed to `put` (call, dispatch > send → rank i, wait > recv ←
-        rank i, flow ids joining each send and recv to that rank's slice): from text pieces, the
+    def _driver_call(self, ts: int, dur: int, track, stp, method, flow, args: dict, off: int) -> str:
+        """One driver call (ts on the collector's clock, `off` added to its process's times) as the
+        JSON texts of its slices, each followed by ",\n" (call, dispatch > send → rank i, wait > recv
+        ← rank i, flow ids joining each send and recv to that rank's slice): from text pieces, the
         bytes json.dumps writes for each slice's dict."""
-        _, _, _, ts, dur, _, track, stp, method, flow, args = raw
-        idx, r3, j, name = self.idx, _R3, args_json, self._name_json
+        idx, r3, name, get = self.idx, _R3, self._name_json, args.get
         # A controller beside the first (rldbg.store.tracks.Tracks.controllers) has a track of its
         # own in the driver's process (the store's rank), and says which on the call's slice.
         D = _DRIVER if not track else _DRIVER.replace('"tid":1,', f'"tid":{int(track) + 1},')
-        ts += off
         o = idx.origin
-        end, world = ts + dur, int(args.get("world") or 0)
-        td = args.get("t_dispatched")
+        end, world, td = ts + dur, int(get("world") or 0), get("t_dispatched")
         t_disp = min(max(int(td) + off if td else end, ts), end)
         ends = idx.rank_ends.get(flow, {})
-        # The args all of the call's slices share: {"role": "driver", "group", "method", "step", "flow"}.
-        base = j({"role": "driver", "group": args.get("group"), "method": method, "step": stp, "flow": flow})
-        head = base[:-1]
-        more = {"mode": args.get("mode"), "world": world, "status": args.get("status"),
-                "error": args.get("error"), "result": args.get("result")}
+        # Bind ids are computed, not handed out in order: the same whichever of a call's events is
+        # written first. None for a flow not rldbg's own (not a small non-negative int): no arrow.
+        fb = flow * len(idx.slots) + 1 if type(flow) is int and flow >= 0 else 1 << 63
+        fids = {rr: fb + idx.slots[rr] for rr in ends if rr in idx.slots and fb + idx.slots[rr] < 1 << 63}
+        # The args all of the call's slices share, {"role": "driver", "group", "method", "step", "flow"},
+        # and the call's own after them, as dumps writes the dicts: from each value's JSON.
+        head = (f'{{"role":"driver","group":{name(get("group"))},"method":{name(method)},'
+                f'"step":{name(stp)},"flow":{name(flow)}')
+        more = (f'"mode":{name(get("mode"))},"world":{world},"status":{name(get("status"))},'
+                f'"error":{name(get("error"))},"result":{name(get("result"))}')
         if track:
-            more["rank"] = track
-        more = j(more)
-        start = us(ts - o)
-        put(f'{D}{name(method)},"ts":"{start}","dur":"{us(dur)}","args":{head},{more[1:]}}}')
-        put(f'{D}"dispatch","ts":"{start}","dur":"{us(t_disp - ts)}","args":{base}}}')
-        shards = args.get("shards") or []
+            more += f',"rank":{name(track)}'
+        (q, r), (dq, dr), (pq, pr) = divmod(ts - o, 1000), divmod(dur, 1000), divmod(t_disp - ts, 1000)
+        out = [f'{D}{name(method)},"ts":"{q}.{r3[r]}","dur":"{dq}.{r3[dr]}","args":{head},{more}}}}}',
+               f'{D}"dispatch","ts":"{q}.{r3[r]}","dur":"{pq}.{r3[pr]}","args":{head}}}}}']
+        shards = get("shards") or []
         roles_of = {r: ro for (ro, r) in ends}
         n = max(world, len(roles_of), 1)
         step_ns = (t_disp - ts) // n
@@ -192,29 +195,26 @@ class Formatter:
         for i in range(n):
             q, r = divmod(ts + i * step_ns - o, 1000)
             line = (f'{D}"send → rank {i}","ts":"{q}.{r3[r]}{sdur}{i},"shard":'
-                    f'{j(shards[i]) if i < len(shards) else "null"}}}')
-            fid = idx.bind_id(flow, roles_of[i], i) if i in roles_of else None
-            put(f'{line},"bind_id":{fid},"flow_out":true}}' if fid is not None else line + "}")
-        put(f'{D}"wait","ts":"{us(t_disp - o)}","dur":"{us(end - t_disp)}","args":{base}}}')
-        for (ro, r), t in sorted(ends.items(), key=_second):
+                    f'{args_json(shards[i]) if i < len(shards) else "null"}}}')
+            fid = fids.get((roles_of[i], i)) if i in roles_of else None
+            out.append(f'{line},"bind_id":{fid},"flow_out":true}}' if fid is not None else line + "}")
+        out.append(f'{D}"wait","ts":"{us(t_disp - o)}","dur":"{us(end - t_disp)}","args":{head}}}}}')
+        for (ro, r), t in sorted(ends.items(), key=itemgetter(1)):
             q, rr = divmod(min(max(t, t_disp), end) - o, 1000)
             line = (f'{D}"recv ← rank {r}","ts":"{q}.{r3[rr]}","dur":"0.000",'
                     f'"args":{head},"rank":{r},"role_served":{name(ro)}}}')   # r: an int (spill._check)
-            fid = idx.bind_id(flow, ro, r)
-            put(f'{line},"bind_id":{fid},"flow_in":true}}' if fid is not None else line + "}")
+            fid = fids.get((ro, r))
+            out.append(f'{line},"bind_id":{fid},"flow_in":true}}' if fid is not None else line + "}")
+        self.more += len(out) - 1
+        out.append("")
+        return ",\n".join(out)
 
     def _name_json(self, v) -> str:
-        """A method's, role's or step's JSON (args_json's text), once per distinct string (only
-        strings: 1, 1.0 and True are one dict key but three texts)."""
+        """A value's JSON (args_json's text), a string's once per distinct string (only strings: 1,
+        1.0 and True are one dict key but three texts)."""
         if type(v) is not str:
-            return args_json(v)
+            return "null" if v is None else str(v) if type(v) is int else args_json(v)
         got = self.names.get(v)
         if got is None:
             got = self.names[v] = args_json(v)
         return got
-
-
-def _as_dict(args) -> dict:
-    """A slice's or instant's args as the dict the layout's keys join: args that are not one (a
-    list, a string, an ext value, from a producer of its own) kept whole under "value"."""
-    return args if type(args) is dict else {"value": args}

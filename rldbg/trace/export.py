@@ -3,7 +3,7 @@
 export_spill() writes a spill's store beside the trace (rldbg.store.ingest) and exports from it;
 export_store() exports a store: the tracks, time origin, clock offsets and the rank slices that end
 each driver call come from the store's tables (Tracks.from_store), then the events in arrival order,
-each one's text written by rldbg.trace.chrome_text, which also holds the layout.
+a chunk at a time: counters' text written by SQLite, the others' by rldbg.trace.chrome_text (the layout).
 
 Controllers: each process that makes driver calls or marks steps has a track of its own on the
 driver's process, in the order first seen: "driver", then "controller pid N".
@@ -18,12 +18,17 @@ from __future__ import annotations
 import gzip
 import os
 import stat
+from itertools import chain
 
 from rldbg.store import no_gc
 from rldbg.store.tracks import Tracks
-from rldbg.trace.chrome_text import Formatter, dumps, us
+from rldbg.trace.chrome_text import COUNTER_LINE, Formatter, dumps, us
 
-_EVENTS = "SELECT kind, ts, dur, step, flow, args FROM events ORDER BY seq"
+_OTHERS = ("SELECT kind, ts, dur, step, flow, args FROM events WHERE kind NOT IN (SELECT id FROM temp.counters) "
+           "ORDER BY seq")
+_TEXT = (f"SELECT CAST(coalesce(group_concat(CASE WHEN c.pre IS NULL THEN char(0) ELSE {COUNTER_LINE} END, ''), '') "
+         "AS BLOB) FROM events e LEFT JOIN temp.counters c ON c.id = e.kind WHERE e.seq >= ? AND e.seq < ?")
+_CHUNK = 1 << 14   # events a chunk: written at once
 
 
 def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool = True,
@@ -78,11 +83,17 @@ def export_store(conn, out_path: str, extra=None, align_clocks: bool = True) -> 
                 "SELECT id, proc, ph, cat, name, role, rank, method FROM kinds")}
             keys = dict(conn.execute("SELECT id, key FROM processes"))
             fmt = Formatter(idx, kinds, {proc: idx.offsets.get(key, 0) for proc, key in keys.items()})
-            cur = conn.execute(_EVENTS)
-            while rows := cur.fetchmany(10_000):   # the text of ~10k events encoded and written at once
-                parts = fmt.lines(rows)
-                f.write((",\n".join(parts) + ",\n").encode("utf-8", "replace"))
-                written += len(parts)
+            conn.executescript("DROP TABLE IF EXISTS temp.counters; "
+                               "CREATE TEMP TABLE counters (id INTEGER PRIMARY KEY, pre, q, r)")
+            conn.executemany("INSERT INTO temp.counters VALUES (?, ?, ?, ?)", fmt.counters())
+            conn.commit()   # the INSERT's transaction ended: `conn` is left as it came
+            others = conn.execute(_OTHERS)
+            for a in range(0, conn.execute("SELECT coalesce(max(seq), -1) FROM events").fetchone()[0] + 1, _CHUNK):
+                # The chunk's counters as SQLite writes them, a NUL in the place of each other event,
+                # whose text the Formatter writes (fetchmany(0) would read all that are left).
+                texts = conn.execute(_TEXT, (a, a + _CHUNK)).fetchone()[0].split(b"\0")
+                lines = fmt.lines(others.fetchmany(len(texts) - 1) if len(texts) > 1 else ()) + [""]
+                f.write(b"".join(chain.from_iterable(zip(texts, [t.encode("utf-8", "replace") for t in lines]))))
             if extra is not None:
                 def locate(role, rank):
                     if rank not in idx.ranks.get(role, ()):
@@ -97,7 +108,7 @@ def export_store(conn, out_path: str, extra=None, align_clocks: bool = True) -> 
             total = sum(dropped for dropped, _ in idx.drops.values())
             f.write((dumps({"ph": "C", "pid": 1, "name": "rldbg dropped events", "ts": "0.000",
                              "args": {"total": total}}) + "\n]\n").encode("utf-8"))
-    return {"events": idx.n, "written": written + 1, "path": out_path}
+    return {"events": idx.n, "written": written + idx.n + fmt.more + 1, "path": out_path}
 
 
 def _open(path: str):
