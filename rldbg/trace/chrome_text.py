@@ -54,6 +54,13 @@ def args_json(args: dict) -> str:
     return s
 
 
+def bind_id(flow, slot: int, nslots: int) -> int | None:
+    """The flow id joining a driver call's send/recv to the slice of the rank in track `slot`, computed so
+    that any order of writing agrees; None (no arrow) for a flow not a small non-negative int."""
+    fid = flow * nslots + slot + 1 if type(flow) is int and flow >= 0 else 1 << 63
+    return fid if fid < 1 << 63 else None
+
+
 def us(ns: int) -> str:
     """ns as the exact 3-decimal µs string the layout writes."""
     q, r = divmod(ns, 1000)
@@ -135,8 +142,7 @@ class Formatter:
                     aj = args_json({**a, **lay, **a} if step is None else
                                    {**a, "role": fields[4], "rank": fields[5], "step": step, **lay, **a})
                 dq, dr = divmod(dur, 1000)
-                fid = flow * nslots + slot + 1 if slot is not None and type(flow) is int and flow >= 0 else None
-                if fid is not None and fid < 1 << 63:
+                if slot is not None and (fid := bind_id(flow, slot, nslots)) is not None:
                     app(f'{pre}{q}.{r3[r]}","dur":"{dq}.{r3[dr]}","args":{aj},'
                         f'"bind_id":{fid},"flow_in":true,"flow_out":true}},\n')
                 else:
@@ -164,7 +170,7 @@ class Formatter:
         JSON texts of its slices, each followed by ",\n" (call, dispatch > send → rank i, wait > recv
         ← rank i, flow ids joining each send and recv to that rank's slice): from text pieces, the
         bytes json.dumps writes for each slice's dict."""
-        idx, r3, name, get = self.idx, _R3, self._name_json, args.get
+        idx, r3, name, get, slots = self.idx, _R3, self._name_json, args.get, self.idx.slots
         # A controller beside the first (rldbg.store.tracks.Tracks.controllers) has a track of its
         # own in the driver's process (the store's rank), and says which on the call's slice.
         D = _DRIVER if not track else _DRIVER.replace('"tid":1,', f'"tid":{int(track) + 1},')
@@ -172,10 +178,7 @@ class Formatter:
         end, world, td = ts + dur, int(get("world") or 0), get("t_dispatched")
         t_disp = min(max(int(td) + off if td else end, ts), end)
         ends = idx.rank_ends.get(flow, {})
-        # Bind ids are computed, not handed out in order: the same whichever of a call's events is
-        # written first. None for a flow not rldbg's own (not a small non-negative int): no arrow.
-        fb = flow * len(idx.slots) + 1 if type(flow) is int and flow >= 0 else 1 << 63
-        fids = {rr: fb + idx.slots[rr] for rr in ends if rr in idx.slots and fb + idx.slots[rr] < 1 << 63}
+        fids = {rr: f for rr in ends if rr in slots and (f := bind_id(flow, slots[rr], len(slots))) is not None}
         # The args all of the call's slices share, {"role": "driver", "group", "method", "step", "flow"},
         # and the call's own after them, as dumps writes the dicts: from each value's JSON.
         head = (f'{{"role":"driver","group":{name(get("group"))},"method":{name(method)},'
