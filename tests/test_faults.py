@@ -22,7 +22,7 @@ import ray  # noqa: E402
 import rldbg  # noqa: E402
 from rldbg import instrument as ri  # noqa: E402
 from rldbg.store import TraceFileError  # noqa: E402
-from rldbg.store.chrome_import import load_trace  # noqa: E402
+from trace_of import load_trace  # noqa: E402
 from rldbg.trace.spill import SpillError, SpillWriter, iter_batches, read_meta  # noqa: E402
 
 from polling import until  # noqa: E402

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from rldbg import sentinel
-from rldbg.store.chrome_import import load_trace
+from trace_of import load_trace
 from rldbg.trace.report import Trace, read_trace
 
 RLDBG = str(Path(sys.executable).with_name("rldbg"))
@@ -188,7 +188,7 @@ def test_every_kind_of_line_is_imported_with_the_notes_that_say_what_was_skipped
     assert t.notes == NOTES
     good, _ = load_trace(str(path))
     assert _facts(t) == _facts(_clean(tmp_path, good))   # the readable events alone: the same store
-    assert t.mem[("actor", 0, "rss")][:2] == [(-1, -1), (20000, 1073741000)]   # in time order
+    assert list(zip(*t.mem[("actor", 0, "rss")]))[:2] == [(-1, -1), (20000, 1073741000)]   # in time order
     assert t.dropped_total == 4 and t.calls[1]["role"] == "rollout"   # named by a line after its call
     assert [e["name"] for e in t.instants] == [sentinel.EVENT, "rldbg trace losses"]   # in time order
     assert t.start["clock"]["max_uncertainty_ns"] == 1000
@@ -248,7 +248,7 @@ def test_counter_values_are_the_values_json_holds(tmp_path):
     lines.insert(0, '{"ph":"M","pid":2,"name":"process_name","args":{"name":"actor"}}')
     path = tmp_path / "t.json"
     path.write_bytes(_text(lines))
-    got = [v for _, v in read_trace(str(path)).mem[("actor", 0, "v")]]
+    got = read_trace(str(path)).mem[("actor", 0, "v")][1]
     want = [json.loads(x) for x in texts]
     assert [(type(v), v, str(v)) for v in got] == [(type(v), v, str(v)) for v in want]
 
@@ -280,7 +280,7 @@ def test_an_exported_run_reads_the_same_from_its_store_as_from_its_file_imported
         for s in t.calls + t.steps:
             s["args"] = {k: v for k, v in s["args"].items() if k not in ("role", "rank", "step", "method", "node", "ip")}
     assert _facts(own) == _facts(imported) and own.notes == imported.notes == []
-    assert len(own.calls) == 3000 and len(own.steps) == 30 and len(own.mem[("actor", 0, "rss")]) == 750
+    assert len(own.calls) == 3000 and len(own.steps) == 30 and len(own.mem[("actor", 0, "rss")][0]) == 750
 
 
 def test_rldbg_report_on_a_damaged_trace_as_users_run_it(tmp_path):

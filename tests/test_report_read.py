@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from rldbg.store.chrome_import import load_trace, phases
+from rldbg.store.chrome_import import phases
+from trace_of import load_trace
 from rldbg.trace.report import Trace, read_trace
 
 GOOD = [
@@ -82,11 +83,11 @@ def test_counter_samples_become_per_rank_series_in_time_order(tmp_path):
         {"ph": "C", "pid": 2, "name": ["rank 0 memory"], "ts": "6.000", "args": {"rss": 2}},  # a name not a string
     ]
     t = _read(tmp_path, events)
-    assert dict(t.mem) == {("actor", 1, "rss"): [(1000, 10), (2000, 20)], ("actor", 1, "device_used"): [(2000, 5)],
-                           ("actor", 0, "rss"): [(3000, 30)]}
-    assert dict(t.ledger) == {("critic", 0, "params"): [(1500, 7)], ("critic", 0, "grads"): [(1500, 0)]}
-    assert t.mem_series("actor", 1) == [(2000, 5)]   # device memory is preferred over RSS
-    assert t.mem_series("actor", 0) == [(3000, 30)]
+    assert t.mem == {("actor", 1, "rss"): ([1000, 2000], [10, 20]), ("actor", 1, "device_used"): ([2000], [5]),
+                     ("actor", 0, "rss"): ([3000], [30])}   # (times, values)
+    assert t.ledger == {("critic", 0, "params"): ([1500], [7]), ("critic", 0, "grads"): ([1500], [0])}
+    assert t.mem_series("actor", 1) == ([2000], [5])   # device memory is preferred over RSS
+    assert t.mem_series("actor", 0) == ([3000], [30])
 
 
 # A trace as rldbg's exporter lays it out (one event per line), with what a reader taking it a

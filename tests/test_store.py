@@ -23,7 +23,7 @@ from rldbg.store import schema, store_path_for
 from rldbg.store.chrome_import import from_chrome
 from rldbg.trace import events as ev
 from rldbg.trace.export import export_spill
-from rldbg.store.chrome_import import load_trace
+from trace_of import load_trace
 from rldbg.trace.spill import SpillWriter
 
 DATA = Path(__file__).parent / "data" / "gpu"

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from verl_support import program_env, require_entry_point
+from verl_support import program_env, require_entry_point, sweep
 from polling import until
 
 from rldbg.control.discovery import read_hub_files
@@ -89,7 +89,7 @@ def test_taskrunner_controller_stepper_steps_stragglers_idle(tmp_path, monkeypat
     env = program_env(RLDBG_VERL=1, RLDBG_TRACE=trace, RLDBG_HOME=home, SLOW_RANK=1, SLOW_METHOD="update_actor",
                SLOW_S=SLOW_S, STEPS=STEPS, THINK_S=THINK_S, DASHBOARD_PORT=PORT)
     prog = subprocess.Popen([sys.executable, str(TESTS / "verl_taskrunner_program.py")], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path, start_new_session=True)
     seen: list = []
     try:
         until(lambda: read_hub_files(), "the driver to start the control hub", limit=WAIT_S, interval=0.5)
@@ -99,6 +99,7 @@ def test_taskrunner_controller_stepper_steps_stragglers_idle(tmp_path, monkeypat
         if prog.poll() is None:
             prog.kill()
             prog.communicate()
+        sweep(prog)
     assert prog.returncode == 0, out[-3000:]
     assert f"step {STEPS}:" in out and f"rldbg: trace written to {trace}" in out, out[-3000:]
 
@@ -143,7 +144,7 @@ def test_sigterm_to_the_driver_writes_the_trace_with_the_taskrunners_calls(tmp_p
     env = program_env(RLDBG_VERL=1, RLDBG_TRACE=trace, RLDBG_HOME=tmp_path / "home", STEPS=100000, THINK_S=0.05,
                       DASHBOARD_PORT=PORT + 1)
     prog = subprocess.Popen([sys.executable, str(TESTS / "verl_taskrunner_program.py")], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path, start_new_session=True)
     lines: list = []
     reader = threading.Thread(target=lambda: lines.extend(prog.stdout), daemon=True)
     reader.start()
@@ -157,6 +158,7 @@ def test_sigterm_to_the_driver_writes_the_trace_with_the_taskrunners_calls(tmp_p
         if prog.poll() is None:
             prog.kill()
             prog.wait()
+        sweep(prog)
     reader.join(timeout=10)
     out = "".join(lines)
     assert prog.returncode == 128 + signal.SIGTERM, out[-3000:]

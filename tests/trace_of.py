@@ -8,7 +8,7 @@ import json
 import os
 import tempfile
 
-from rldbg.store.chrome_import import load_trace
+from rldbg.store.chrome_import import _load
 from rldbg.trace.report import Trace, read_trace
 
 
@@ -20,6 +20,13 @@ def trace_of(events: list) -> Trace:
         return read_trace(path)
     finally:
         os.remove(path)
+
+
+def load_trace(path: str) -> tuple[list[dict], list[str]]:
+    """(events, damage notes) of a trace file, all at once, as the importer's tolerant reader
+    loads them; the notes are empty for an intact trace."""
+    events, notes, _ = _load(path)
+    return events, notes
 
 
 def load_events(path: str) -> list[dict]:

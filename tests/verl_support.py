@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,16 @@ def program_env(**extra) -> dict:
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+def sweep(prog) -> None:
+    """Whatever the finished program's own Ray cluster left behind: Ray makes its driver a process
+    group leader (the program runs in a session of its own), and an agent still starting when that
+    cluster went down can outlive it, orphaned."""
+    try:
+        os.killpg(prog.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def require_entry_point() -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 MiB = 1 << 20
 
 
-def _peak_last(samples: list) -> tuple:
-    return (max(v for _, v in samples), samples[-1][1]) if samples else (None, None)
+def _peak_last(series: tuple) -> tuple:
+    values = series[1]
+    return (max(values), values[-1]) if values else (None, None)
 
 
 def analyse(t, ranks: list[dict]) -> list[dict]:
@@ -37,9 +38,9 @@ def analyse(t, ranks: list[dict]) -> list[dict]:
             procs.append({"pid": pid, "who": ", ".join(dict.fromkeys(who)) if who else None,
                           "in_job": who is not None, "peak_bytes": peak, "last_bytes": last})
         procs.sort(key=lambda p: (not p["in_job"], -(p["peak_bytes"] or 0)))
-        total = _peak_last(series.get("total") or [])[0]
+        total = _peak_last(series.get("total") or ((), ()))[0]
         out.append({"node": node, "gpu": gpu, "total_bytes": total,
-                    "peak_used_bytes": _peak_last(series.get("used") or [])[0], "processes": procs})
+                    "peak_used_bytes": _peak_last(series.get("used") or ((), ()))[0], "processes": procs})
     return out
 
 

@@ -9,7 +9,6 @@ from collections import defaultdict
 
 from rldbg.memory.leaks import leak_suspicions, observe
 from rldbg.trace.events import moves
-from rldbg.trace.report_trace import columns
 
 if TYPE_CHECKING:
     from rldbg.trace.report_trace import Trace
@@ -22,7 +21,7 @@ def memory_peaks(t: Trace) -> list:
         role, rank, a = s["role"], s["rank"], s["args"]
         got = by_rank.get((role, rank))
         if got is None:   # once per rank, not per call: a long run has 100k calls per rank
-            got = by_rank[(role, rank)] = columns(t.mem_series(role, rank))
+            got = by_rank[(role, rank)] = t.mem_series(role, rank)
         ts, vs = got
         # The peak: of the samples inside the slice (max() over a slice of the values, at C
         # speed) and of the slice's own readings before and after; the first of equals, as max().
@@ -51,7 +50,7 @@ def leaks(t: Trace) -> list:
     """Leak suspicions by the one rule in rldbg.memory.leaks (also used by `rldbg top`)."""
     ledgers = defaultdict(dict)   # (role, rank) -> {category: (times, bytes)}
     for (role, rank, cat), series in t.ledger.items():
-        ledgers[(role, rank)][cat] = columns(series)
+        ledgers[(role, rank)][cat] = series
     cycles = []
     for s in t.transitions:
         frees, _ = moves(s["args"])

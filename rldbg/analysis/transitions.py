@@ -25,7 +25,6 @@ from collections import Counter, defaultdict
 from operator import itemgetter
 
 from rldbg.trace.events import moves
-from rldbg.trace.report_trace import columns
 
 MiB = 1 << 20
 RETURNED_SHARE = 0.5
@@ -138,10 +137,10 @@ def cycles(t) -> dict:
     """(role, rank, transition) -> [cycle dicts] in time order, for every transition of the trace
     `t` (rldbg.trace.report_trace.Trace) that declares frees or loads."""
     mem_by_rank, ledgers, labels = defaultdict(dict), defaultdict(lambda: _Ledger({})), {}
-    for (role, rank, series), samples in t.mem.items():
-        mem_by_rank[(role, rank)][series] = columns(samples)
-    for (role, rank, cat), samples in t.ledger.items():
-        ledgers[(role, rank)].series[cat] = columns(samples)
+    for (role, rank, series), columns in t.mem.items():
+        mem_by_rank[(role, rank)][series] = columns
+    for (role, rank, cat), columns in t.ledger.items():
+        ledgers[(role, rank)].series[cat] = columns
     out = defaultdict(list)
     for s in sorted(t.transitions, key=itemgetter("ts")):
         key = (s["role"], s["rank"])

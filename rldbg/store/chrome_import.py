@@ -122,13 +122,6 @@ def phases(events) -> tuple[dict, int]:
     return out, bad
 
 
-def load_trace(path: str) -> tuple[list[dict], list[str]]:
-    """(events, damage notes), all events at once. The notes are empty for an intact trace."""
-    with no_gc():
-        events, notes, _ = _load(path)
-    return events, notes
-
-
 def _load(path: str) -> tuple[list[dict], list[str], dict]:
     notes: list = []
     with open(path, "rb") as f:

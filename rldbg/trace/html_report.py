@@ -69,7 +69,7 @@ def _method_rank_means(t: Trace) -> dict:
 
 def _origin(t: Trace) -> int:
     starts = [s["ts"] for s in t.calls + t.transitions + t.driver_calls + t.steps]
-    starts += [series[0][0] for series in list(t.mem.values()) + list(t.ledger.values()) if series]
+    starts += [times[0] for times, _ in list(t.mem.values()) + list(t.ledger.values()) if times]
     return min(starts) if starts else 0
 
 
@@ -111,7 +111,7 @@ def charts(t: Trace, r: dict) -> list[tuple[str, str, str]]:
         c = _chart(pygal.XY, "Memory per rank over time (MiB); dots: transitions (memory after)",
                    x_title="seconds since the first event", show_dots=False, stroke=True, height=420)
         for role, rank in lanes:
-            pts = [((ts - t0) / 1e9, v / 2**20) for ts, v in t.mem_series(role, rank)]
+            pts = [((ts - t0) / 1e9, v / 2**20) for ts, v in zip(*t.mem_series(role, rank))]
             if pts:
                 c.add(f"{role} rank {rank}", _thin(pts))
         marks = defaultdict(list)
@@ -131,7 +131,7 @@ def charts(t: Trace, r: dict) -> list[tuple[str, str, str]]:
             if (rl, rk) == (role, rank):
                 # A ledger value holds until the next one: draw it as steps.
                 pts = []
-                for ts, v in series:
+                for ts, v in zip(*series):
                     x = (ts - t0) / 1e9
                     if pts:
                         pts.append((x, pts[-1][1]))

@@ -1,9 +1,9 @@
 """What `rldbg report`'s analyses read (rldbg.trace.report), keyed by role and rank, as the store's
 queries hand it over (rldbg.store.queries): rldbg's slices (worker calls, transitions, driver
 calls, steps) as records {name, ts, dur, end, role, rank, step, method, flow, args}, each rank's
-memory and ledger series, each GPU's, the tracks' processes, the few instants an analysis looks
-at as records {name, ts, role, rank, args}, and what the trace says about itself (its start
-record's args, its drop total). Times are ns on the trace's clock, from its origin.
+memory and ledger series and each GPU's as (times, values) columns, the tracks' processes, the few
+instants an analysis looks at as records {name, ts, role, rank, args}, and what the trace says
+about itself (its start record's args, its drop total). Times are ns on the trace's clock, from its origin.
 
 The rule for what the analyses may take for granted in a slice record (the types rldbg writes),
 and for a counter sample (a finite number), is written here once; records that break it are
@@ -13,7 +13,6 @@ deep inside an analysis.
 from __future__ import annotations
 
 import sys
-from collections import defaultdict
 
 from rldbg.store import TraceFileError
 
@@ -32,11 +31,6 @@ def finite_number(v) -> bool:
     may hold NaN, Infinity and 10**400, which the memory arithmetic and the charts cannot take."""
     t = type(v)
     return (t is int and -_FLOAT_MAX <= v <= _FLOAT_MAX) or (t is float and v - v == 0.0)   # inf - inf: nan
-
-
-def columns(samples: list) -> tuple:
-    """A [(ts, value)] series as (times, values): searched by time without a key function."""
-    return [p[0] for p in samples], [p[1] for p in samples]
 
 
 def bad_field(r: dict) -> str | None:
@@ -72,9 +66,9 @@ class Trace:
 
     def __init__(self):
         self.calls, self.transitions, self.driver_calls, self.steps = [], [], [], []
-        self.mem: dict = defaultdict(list)       # (role, rank, series) -> [(ts, value)]
-        self.ledger: dict = defaultdict(list)    # (role, rank, category) -> [(ts, value)]
-        self.gpus: dict = {}                     # (node id, "gpu0") -> {series: [(ts, value)]}
+        self.mem: dict = {}                      # (role, rank, series) -> (times, values) in time order
+        self.ledger: dict = {}                   # (role, rank, category) -> (times, values)
+        self.gpus: dict = {}                     # (node id, "gpu0") -> {series: (times, values)}
         self.ranks: list = []                    # [{role, rank, node, ip, pid}] of the tracks' processes
         self.start: dict = {}                    # the trace start record's args: clock, what was recorded
         self.instants: list = []                 # the instants an analysis reads, in time order
@@ -92,8 +86,9 @@ class Trace:
         """The args of the trace's last "rldbg trace losses" record (rldbg.trace.collector), or None."""
         return next((e["args"] for e in reversed(self.instants) if e["name"] == LOSSES), None)
 
-    def mem_series(self, role, rank) -> list:
+    def mem_series(self, role, rank) -> tuple:
+        """The (times, values) of the rank's memory as the device shows it, else as its process does."""
         for series in ("device_used", "cuda_allocated", "rss"):
             if (role, rank, series) in self.mem:
                 return self.mem[(role, rank, series)]
-        return []
+        return [], []

@@ -171,9 +171,6 @@ class Ring:
             return self.steps.state_events(0, state) if state else []
         return self.steps.state_events(inside[0][TS], state) + inside
 
-    def first_step(self) -> int | None:
-        return next((s for s, _ in self.events if s is not None), None)
-
 
 STACK = "rldbg stack"   # a thread's Python stack, in a hang's dump
 
