@@ -40,8 +40,9 @@ class RolloutEngine(ABC):
         """Free the KV cache kept from the last generation."""
 
     @abstractmethod
-    def memory_ledger(self) -> dict[str, int]:
-        """Bytes held by category: rollout_weights, kv_cache."""
+    def memory_ledger(self, only=None) -> dict[str, int]:
+        """Bytes held by category: rollout_weights, kv_cache; with `only`, those of its categories
+        the engine need not measure may be left out."""
 
 
 def make_engine(name: str, **kwargs) -> RolloutEngine:

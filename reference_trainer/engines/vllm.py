@@ -83,6 +83,6 @@ class VLLMEngine(RolloutEngine):
         # vLLM's KV cache is a preallocated pool: it is given back by sleep(), not per request.
         self.llm.reset_prefix_cache()
 
-    def memory_ledger(self) -> dict[str, int]:
+    def memory_ledger(self, only=None) -> dict[str, int]:
         free, total = torch.cuda.mem_get_info()
         return {"rollout_device_used": total - free}

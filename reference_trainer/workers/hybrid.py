@@ -267,13 +267,13 @@ class ActorRolloutRefWorker(Worker):
         dev, params, ref = self.device, self._params, self._ref_params
         measure = {
             "params": lambda: ops.tensor_bytes(params, dev),
-            "grads": lambda: ops.tensor_bytes((p.grad for p in params if p.grad is not None), dev),
+            "grads": lambda: ops.tensor_bytes(ops.grads(params), dev),
             "optimizer": lambda: ops.tensor_bytes(ops.optimizer_tensors(self.optimizer), dev),
             "ref_params": lambda: ops.tensor_bytes(ref, dev),
         }
         ledger = {k: f() for k, f in measure.items() if only is None or k in only}
         if only is None or not only <= measure.keys():
-            ledger.update((k, v) for k, v in self.rollout.memory_ledger().items() if only is None or k in only)
+            ledger.update((k, v) for k, v in self.rollout.memory_ledger(only).items() if only is None or k in only)
         return ledger
 
     def _report_ledger(self, only=None) -> None:
