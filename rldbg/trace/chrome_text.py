@@ -77,8 +77,8 @@ class Formatter:
     """Chrome JSON text for the store's events by string templates: per kind (rldbg.store.schema:
     one process, ph, cat, name, role, rank and method) everything but the times, step and own args
     is built once; per event those are formatted and its stored args text joined to the layout's.
-    Byte for byte what json.dumps of the event's dict writes; args carrying a layout key take the
-    dict path, so that a slice's own args win and an instant's lose."""
+    Byte for byte what json.dumps of the event's dict writes; a slice's own args win over the
+    layout's (flat ones get the layout keys they lack appended), an instant's lose (the dict path)."""
 
     def __init__(self, idx, kinds: dict, offsets: dict):
         """`kinds`: id -> (proc, ph, cat, name, role, rank, method); `offsets`: proc -> ns to add."""
@@ -109,7 +109,13 @@ class Formatter:
                     after.update(zip(("node", "ip"), self.nodes.get((role, rank), ())))
                     slot = self.idx.slots.get((role, rank))
             tail = "," + args_json(after)[1:-1] if after else ""
-        look = self.looks[kind] = (ph, base, pre, head, tail, {"role": role, "rank": rank, **after}, slot, fields)
+        lay = {"role": role, "rank": rank, **after}
+        # Each layout key's text, a step's in its place: those a slice's args lack, after them, are the
+        # dict path's text, where these texts are those the Formatter writes and leave args_json on orjson.
+        sfx = [(f'"{k}":', "," + args_json({k: v})[1:-1]) for k, v in lay.items()]
+        sfx = sfx[:2] + [('"step":', None)] + sfx[2:] if "".join(t for _, t in sfx) == f",{head}{tail}" and not (
+            "null" in head + tail or "e-" in head + tail or ".0000" in head + tail) else None
+        look = self.looks[kind] = (ph, base, pre, head, tail, lay, slot, fields, sfx)
         return look
 
     def counters(self) -> list:
@@ -129,7 +135,7 @@ class Formatter:
         out = []
         app = out.append
         for kind, ts, dur, step, flow, text in rows:
-            ph, base, pre, head, tail, lay, slot, fields = looks.get(kind) or look_of(kind)
+            ph, base, pre, head, tail, lay, slot, fields, sfx = looks.get(kind) or look_of(kind)
             q, r = divmod(ts + base, 1000)
             if ph == "X":
                 sj = "" if step is None else f',"step":{step}' if type(step) is int else ',"step":' + step_json(step)
@@ -137,6 +143,9 @@ class Formatter:
                     aj = f"{{{head}{sj}{tail}}}"
                 elif text[0] == "{" and not slice_keys(text):
                     aj = f"{text[:-1]},{head}{sj}{tail}}}"
+                elif (text[0] == "{" and sfx and (step is None or type(step) is int) and text.find("{", 1) < 0
+                      and "e+" not in text):   # no map nested: each key found is its own (args_json's text)
+                    aj = text[:-1] + "".join([sj if t is None else t for k, t in sfx if k not in text]) + "}"
                 else:   # its args in their order and values, then the layout's keys they lack
                     a = raw_args(text) if text[0] == "{" else {"value": raw_args(text)}   # not a map: kept whole
                     aj = args_json({**a, **lay, **a} if step is None else

@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import gzip
 import os
+import sqlite3
 import stat
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing, nullcontext, suppress
 from itertools import chain
+from pathlib import Path
 
 from rldbg.store import no_gc
 from rldbg.store.tracks import Tracks
 from rldbg.trace.chrome_text import COUNTER_LINE, Formatter, dumps, us
 
-_OTHERS = ("SELECT kind, ts, dur, step, flow, args FROM events WHERE kind NOT IN (SELECT id FROM temp.counters) "
+_OTHERS = ("SELECT kind, ts, dur, step, flow, args FROM events WHERE kind NOT IN (SELECT id FROM kinds WHERE ph = 'C') "
            "ORDER BY seq")
 _TEXT = (f"SELECT CAST(coalesce(group_concat(CASE WHEN c.pre IS NULL THEN char(0) ELSE {COUNTER_LINE} END, ''), '') "
          "AS BLOB) FROM events e LEFT JOIN temp.counters c ON c.id = e.kind WHERE e.seq >= ? AND e.seq < ?")
@@ -83,17 +87,30 @@ def export_store(conn, out_path: str, extra=None, align_clocks: bool = True) -> 
                 "SELECT id, proc, ph, cat, name, role, rank, method FROM kinds")}
             keys = dict(conn.execute("SELECT id, key FROM processes"))
             fmt = Formatter(idx, kinds, {proc: idx.offsets.get(key, 0) for proc, key in keys.items()})
-            conn.executescript("DROP TABLE IF EXISTS temp.counters; "
-                               "CREATE TEMP TABLE counters (id INTEGER PRIMARY KEY, pre, q, r)")
-            conn.executemany("INSERT INTO temp.counters VALUES (?, ?, ?, ?)", fmt.counters())
-            conn.commit()   # the INSERT's transaction ended: `conn` is left as it came
+            # Each chunk's counters as SQLite writes them, a NUL in the place of each other event, whose text the
+            # Formatter writes. Where a second connection can read the store, a thread makes the next chunk's
+            # counters and writes the file (gzip included) while this one formats: SQLite and zlib let go of the GIL.
+            second = _reader(conn)
+            src = second or conn
+            src.executescript("DROP TABLE IF EXISTS temp.counters; "
+                              "CREATE TEMP TABLE counters (id INTEGER PRIMARY KEY, pre, q, r)")
+            src.executemany("INSERT INTO temp.counters VALUES (?, ?, ?, ?)", fmt.counters())
+            src.commit()   # the INSERT's transaction ended: `conn` is left as it came
+            last = conn.execute("SELECT coalesce(max(seq), -1) FROM events").fetchone()[0]
             others = conn.execute(_OTHERS)
-            for a in range(0, conn.execute("SELECT coalesce(max(seq), -1) FROM events").fetchone()[0] + 1, _CHUNK):
-                # The chunk's counters as SQLite writes them, a NUL in the place of each other event,
-                # whose text the Formatter writes (fetchmany(0) would read all that are left).
-                texts = conn.execute(_TEXT, (a, a + _CHUNK)).fetchone()[0].split(b"\0")
-                lines = fmt.lines(others.fetchmany(len(texts) - 1) if len(texts) > 1 else ()) + [""]
-                f.write(b"".join(chain.from_iterable(zip(texts, [t.encode("utf-8", "replace") for t in lines]))))
+            with closing(second) if second else nullcontext(), ThreadPoolExecutor(1) as pool:
+                start = pool.submit if second else _done
+                counters, writes = start(_counter_text, src, 0), []
+                for a in range(0, last + 1, _CHUNK):
+                    texts, counters = counters.result().split(b"\0"), start(_counter_text, src, a + _CHUNK)
+                    # fetchmany(0) would read all the rows left
+                    lines = fmt.lines(others.fetchmany(len(texts) - 1) if len(texts) > 1 else ()) + [""]
+                    writes.append(start(f.write, b"".join(chain.from_iterable(
+                        zip(texts, [t.encode("utf-8", "replace") for t in lines])))))
+                    if len(writes) > 2:   # two chunks at most wait in memory to be written
+                        writes.pop(0).result()
+                for w in writes:   # a write's error is raised here
+                    w.result()
             if extra is not None:
                 def locate(role, rank):
                     if rank not in idx.ranks.get(role, ()):
@@ -109,6 +126,26 @@ def export_store(conn, out_path: str, extra=None, align_clocks: bool = True) -> 
             f.write((dumps({"ph": "C", "pid": 1, "name": "rldbg dropped events", "ts": "0.000",
                              "args": {"total": total}}) + "\n]\n").encode("utf-8"))
     return {"events": idx.n, "written": written + idx.n + fmt.more + 1, "path": out_path}
+
+
+def _reader(conn) -> sqlite3.Connection | None:
+    """A read-only connection of its own to the store's file; None for a store in memory or one with
+    writes not yet committed (another connection would not see them)."""
+    path = conn.execute("PRAGMA database_list").fetchone()[2]
+    with suppress(sqlite3.Error):
+        if path and not conn.in_transaction:
+            return sqlite3.connect(Path(path).as_uri() + "?mode=ro", uri=True, check_same_thread=False)
+    return None
+
+
+def _counter_text(src, a: int) -> bytes:
+    return src.execute(_TEXT, (a, a + _CHUNK)).fetchone()[0]
+
+
+def _done(fn, *args) -> Future:
+    """fn(*args) run now, as a finished Future: the export's steps in this thread alone."""
+    (f := Future()).set_result(fn(*args))
+    return f
 
 
 def _open(path: str):
