@@ -90,6 +90,17 @@ def test_counter_samples_become_per_rank_series_in_time_order(tmp_path):
     assert t.mem_series("actor", 0) == ([3000], [30])
 
 
+def test_counter_times_beyond_64_bits_are_kept_exact_and_in_order(tmp_path):
+    # A trace from elsewhere: times no 64-bit sum holds (the series is sorted without numpy's wrap).
+    events = [_meta(2, "actor"),
+              {"ph": "X", "pid": 2, "tid": 1, "cat": "call", "name": "update", "ts": "0.000", "dur": "9.000",
+               "args": {"role": "actor", "rank": 0}}]
+    events += [{"ph": "C", "pid": 2, "name": "rank 0 memory", "ts": ts, "args": {"rss": v}}
+               for ts, v in ((1e22, 5), (9.2e15, 6), (-9.2e15, 7), (2.5, 8))]
+    assert _read(tmp_path, events).mem == {("actor", 0, "rss"): ([-9_200_000_000_000_000_000, 2500,
+                                                                  9_200_000_000_000_000_000, 1e25], [7, 8, 6, 5])}
+
+
 # A trace as rldbg's exporter lays it out (one event per line), with what a reader taking it a
 # piece at a time could get wrong: a process named only after its counters and slices, a slice
 # whose role comes from its process, counters of every kind, malformed events, the loss records.

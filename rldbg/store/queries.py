@@ -142,13 +142,15 @@ def _series(conn, t: Trace, shift: dict, nodes: dict) -> int:
         rows = [(k, tm, n, v) for k, tm, a in zip(ks, times, samples)
                 for n, v in (a.items() if type(a) is dict else () if a is None else (("value", a),))]
         ks, times, names, values = zip(*rows) if rows else ((),) * 4
-    group, sh = np.full(top + 1, -1, np.int64), np.zeros(top + 1, np.int64)
+    # Times as Python ints where a sum might leave 64 bits (a trace from elsewhere): numpy would wrap.
+    big = max(map(abs, times), default=0) >= 1 << 62 or any(abs(s) >= 1 << 62 for _, s in kinds.values())
+    group, sh = np.full(top + 1, -1, np.int64), np.zeros(top + 1, object if big else np.int64)
     for kind, (g, s) in kinds.items():
         group[kind], sh[kind] = g, s
     ids = {n: i for i, n in enumerate(dict.fromkeys(names))}
     k = np.array(ks, np.int64)
     code = group[k] * len(ids) + np.fromiter(map(ids.__getitem__, names), np.int64, len(names))
-    times = np.array(times, np.int64) + sh[k]
+    times = np.array(times, object if big else np.int64) + sh[k]
     order = np.lexsort((times, code))   # stable
     order = order[group[k[order]] >= 0]
     names, odd = list(ids), 0
