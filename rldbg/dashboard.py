@@ -2,6 +2,7 @@
 without Ray imported. Every request carries the cluster's token when there is one (ray_auth)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.error
@@ -102,10 +103,8 @@ class Dashboard:
 
     def _http_message(self, e: urllib.error.HTTPError, path: str) -> str:
         detail = ""
-        try:
+        with contextlib.suppress(Exception):
             detail = e.read().decode("utf-8", "replace").strip().splitlines()[0][:200]
-        except Exception:
-            pass
         # No token: 401. A wrong token: 403 "Invalid authentication token".
         if e.code == 401 or (e.code == 403 and "authentication token" in detail.lower()):
             source = "the token sent was rejected" if self.token else "no token found"

@@ -79,23 +79,19 @@ def _tensors(obj, prefix: str = "", depth: int = 0):
         if obj.is_floating_point() or obj.is_complex():
             yield prefix, obj
         return
-    items = None
     if isinstance(obj, dict):
         items = obj.items()
     elif isinstance(obj, (list, tuple)):
         items = enumerate(obj)
+    elif isinstance(inner := getattr(obj, "tensors", None), dict):
+        items = inner.items()
     else:
-        inner = getattr(obj, "tensors", None)
-        if isinstance(inner, dict):
-            items = inner.items()
-        else:
-            # A batch of named tensors under .batch (VeRL's DataProto holds a TensorDict there):
-            # its keys are what a user knows the outputs by.
-            batch = getattr(obj, "batch", None)
-            if batch is not None and callable(getattr(batch, "items", None)) and callable(getattr(batch, "keys", None)):
-                items = batch.items()
-    if items is None:
-        return
+        # A batch of named tensors under .batch (VeRL's DataProto holds a TensorDict there):
+        # its keys are what a user knows the outputs by.
+        batch = getattr(obj, "batch", None)
+        if batch is None or not (callable(getattr(batch, "items", None)) and callable(getattr(batch, "keys", None))):
+            return
+        items = batch.items()
     for k, v in items:
         yield from _tensors(v, f"{prefix}.{k}" if prefix else str(k), depth + 1)
 
@@ -109,11 +105,8 @@ def find(obj):
     import torch
 
     flags = [torch.isfinite(t).all() for _, t in found]
-    devices = {f.device for f in flags}
-    if len(devices) == 1:
-        if bool(torch.stack(flags).all()):
-            return None
-    elif all(bool(f) for f in flags):
+    one_device = len({f.device for f in flags}) == 1   # one sync for all; across devices, one each
+    if bool(torch.stack(flags).all()) if one_device else all(bool(f) for f in flags):
         return None
     for (key, t), ok in zip(found, flags):
         if not bool(ok):

@@ -52,4 +52,3 @@ def run(args) -> int:
               f"every valid record was recovered", file=sys.stderr)
     print(f"wrote {info['path']} ({info['events']} events) and its store {info['store']}")
     return 0
-

@@ -74,8 +74,7 @@ def pick_run(source, interactive: bool) -> str | None:
 
 
 def once(source) -> int:
-    from rldbg.tui.model import sort_filter
-    from rldbg.tui.model import Model
+    from rldbg.tui.model import Model, sort_filter
     from rldbg.tui.widgets.roles import COLUMNS
     from rldbg.tui.widgets.stepper import gate_line
 

@@ -9,6 +9,7 @@ with the token can pause the run and export its trace.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import secrets
 import time
@@ -78,10 +79,8 @@ def stop() -> None:
 
     gate.install(None)
     hub, job = _session["hub"], _session["job_id"]
-    try:
+    with contextlib.suppress(Exception):   # already dead: killing it below is all that is left
         ray.get(hub.shutdown.remote(), timeout=5)
-    except Exception:
-        pass   # already dead: killing it below is all that is left
     try:
         ray.kill(hub)
         deadline = time.monotonic() + 10

@@ -11,6 +11,7 @@ Which dashboard a CLI command talks to: resolve_dashboard.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -105,14 +106,12 @@ def describe(runs: list[dict]) -> str:
 
 def ray_session_dashboard(session_dir: str = RAY_SESSION_LATEST) -> str | None:
     """The dashboard of the newest Ray session on this machine, from its dashboard log."""
-    try:
-        with open(os.path.join(session_dir, "logs", "dashboard.log"), encoding="utf-8", errors="replace") as f:
-            for line in f:
-                m = re.search(r"Dashboard head http address: (\S+)", line)
-                if m:
-                    return "http://" + m.group(1)
-    except OSError:
-        pass
+    with (contextlib.suppress(OSError),
+          open(os.path.join(session_dir, "logs", "dashboard.log"), encoding="utf-8", errors="replace") as f):
+        for line in f:
+            m = re.search(r"Dashboard head http address: (\S+)", line)
+            if m:
+                return "http://" + m.group(1)
     return None
 
 

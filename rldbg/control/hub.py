@@ -132,10 +132,8 @@ class ControlHub:
         return not self.armed
 
     def _disarm(self, reason: str) -> None:
-        if self.pending_key is not None:
-            self.released.append(self.pending_key)
-        self.armed, self.mode, self.target = False, "off", None
-        self.pending, self.pending_key, self.disarm_reason = None, None, reason
+        self._release()
+        self.armed, self.mode, self.target, self.disarm_reason = False, "off", None, reason
         self.cond.notify_all()
 
     def _gate_reply(self) -> dict:
@@ -151,34 +149,28 @@ class ControlHub:
     def gate(self, action: str, method: str | None = None, step: int | None = None) -> dict:
         with self.cond:
             self.last_beat = time.time()   # a gate action proves the client is alive
-            if action == "arm":
+            if action in ("arm", "step"):
                 self.armed, self.mode, self.target = True, "step", None
             elif action in ("disarm", "continue"):
                 self._disarm(f"{action} requested")
-            elif action == "step":
-                self.armed, self.mode, self.target = True, "step", None
-                self._release()
             elif action == "run_to_method":
                 if not method or not isinstance(method, str):
                     raise ValueError(f"run_to_method needs a method name, got method={method!r}")
                 self.armed, self.mode, self.target = True, "run_to_method", method
-                self._release()
             elif action == "run_to_step":
-                base = step if step is not None else self._current_step()
+                parked = (self.pending or {}).get("step")
+                base = step if step is not None else parked if parked is not None else self.step
                 if base is None:
                     raise ValueError("run_to_step: the trainer has reported no step yet; pass \"step\": N")
                 self.armed, self.mode, self.target = True, "run_to_step", str(int(base))
-                self._release()
             else:
                 raise ValueError(f"unknown gate action {action!r}; expected arm, disarm, step, "
                                  "run_to_method, run_to_step or continue")
+            if action not in ("arm", "disarm", "continue"):
+                self._release()   # step and run_to_*: the parked call goes on
             if action not in ("disarm", "continue"):
                 self.disarm_reason = None
             return self.gate_state()
-
-    def _current_step(self):
-        pending_step = (self.pending or {}).get("step")
-        return pending_step if pending_step is not None else self.step
 
     def _release(self) -> None:
         if self.pending_key is not None:

@@ -22,8 +22,7 @@ from rldbg.debug.specs import Spec, SpecSet, from_env, matches, role_matches
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import instant_event
 
-from rldbg.switches import BREAKPOINTS, RAY_POST_MORTEM
-from rldbg.switches import POST_MORTEM as POST_MORTEM_ENV
+from rldbg.switches import BREAKPOINTS, POST_MORTEM as POST_MORTEM_ENV, RAY_POST_MORTEM
 
 # Frames we step out of to reach the user's code.
 _INTERNAL_MODULES = ("rldbg.api", "rldbg.instrument", "rldbg.debug.", "contextlib")
@@ -50,9 +49,7 @@ def _user_frame(frame):
 
 
 def _filter_ok(want, have) -> bool:
-    if want is None:
-        return True
-    return have in want if isinstance(want, (list, tuple, set, frozenset, range)) else have == want
+    return want is None or (have in want if isinstance(want, (list, tuple, set, frozenset, range)) else have == want)
 
 
 def breakpoint(role=None, rank=None, step=None, when=None) -> None:  # noqa: A001

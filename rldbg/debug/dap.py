@@ -6,6 +6,7 @@ response before configurationDone deadlocks, so attach() collects it last.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import socket
@@ -68,19 +69,15 @@ class DAPClient:
         if self._sock is None or self._closed.is_set():
             self.close()
             return
-        try:
+        with contextlib.suppress(DAPError):
             self.request("disconnect", {"terminateDebuggee": terminate, "restart": False}, timeout=5)
-        except DAPError:
-            pass
         self.close()
 
     def close(self) -> None:
         self._closed.set()
         if self._sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             self._sock.close()
 
     def __enter__(self):

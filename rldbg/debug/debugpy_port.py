@@ -51,9 +51,7 @@ def ray_worker():
         import ray
     except ImportError:
         return None
-    if not ray.is_initialized():
-        return None
-    return ray._private.worker.global_worker
+    return ray._private.worker.global_worker if ray.is_initialized() else None
 
 
 def ensure_listening() -> tuple[str, int]:

@@ -15,6 +15,7 @@ opened (debugpy_port installs the hook below) all go through here.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import os
 import sys
@@ -204,10 +205,8 @@ def install_pydevd_hook() -> bool:
         return False
 
     def on_setbreakpoints_request(self, py_db, request):
-        try:
+        with contextlib.suppress(Exception):   # the debugger must keep working whatever happens here
             _move_requested(request)
-        except Exception:  # noqa: BLE001 - the debugger must keep working whatever happens here
-            pass
         return original(self, py_db, request)
 
     on_setbreakpoints_request._rldbg = True

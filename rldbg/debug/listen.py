@@ -17,6 +17,7 @@ worker. The listener binds 127.0.0.1 unless RLDBG_DEBUG_ALLOW_REMOTE=1 (debugpy_
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import sys
 import sysconfig
@@ -25,8 +26,7 @@ import time
 from rldbg.debug.registry import key_for, put
 from rldbg.debug.specs import parse_ranks, role_matches
 
-from rldbg.switches import LISTEN_RANKS as RANKS_ENV
-from rldbg.switches import LISTEN_ROLES as ROLES_ENV
+from rldbg.switches import LISTEN_RANKS as RANKS_ENV, LISTEN_ROLES as ROLES_ENV
 
 _state: dict = {"entry": None}
 
@@ -157,11 +157,9 @@ def install_pause_hook() -> bool:
         try:
             return current(self, thread, frame, event, arg, *args, **kwargs)
         finally:
-            try:
-                if pause is not None:
+            if pause is not None:
+                with contextlib.suppress(Exception):
                     pause.__exit__(None, None, None)
-            except Exception:  # noqa: BLE001
-                pass
             if entry is not None:
                 bp.release_stop(entry)
 

@@ -4,6 +4,7 @@ identity it published (registry.py) gives role(s) and rank, whatever the trainer
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -44,12 +45,10 @@ class PausedWorker:
 
 def _local_cwd(pid: int, ip: str) -> str | None:
     # Only meaningful when the worker runs on this machine.
-    if not is_local(ip):
-        return None
-    try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return None
+    if is_local(ip):
+        with contextlib.suppress(OSError):
+            return os.readlink(f"/proc/{pid}/cwd")
+    return None
 
 
 def _proc_title_method(pid: int, ip: str) -> str | None:

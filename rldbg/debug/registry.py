@@ -9,6 +9,7 @@ deleted on the next read, so a restarted run never shows stale ports.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -81,7 +82,7 @@ def publish_identity(ident) -> None:
     """Inside a Ray actor: put its WorkerIdentity (rldbg.context) under
     rldbg:worker:<job_id>:<actor_id>, so the CLI names role and rank for any trainer's actors.
     Outside an actor, or without Ray, nothing. Never raises: it must not stop a worker."""
-    try:
+    with contextlib.suppress(Exception):
         import ray
 
         ctx = ray.get_runtime_context() if ray.is_initialized() else None
@@ -89,8 +90,6 @@ def publish_identity(ident) -> None:
         if actor_id:
             put({**ident.to_dict(), "actor_id": actor_id, "pid": os.getpid(), "job_id": ctx.get_job_id(),
                  "key": key_for(ctx.get_job_id(), actor_id, WORKER_PREFIX)})
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def put(entry: dict) -> None:
@@ -172,17 +171,13 @@ def _live_entries(prefix: str, address: str | None, dashboard: str | None) -> di
         raise RegistryError(f"cannot read the rldbg registry from the Ray GCS at {gcs_address} ({e})") from None
     entries = {}
     for k, v in values.items():
-        try:
+        with contextlib.suppress(ValueError):
             entries[k.decode()] = json.loads(v)
-        except ValueError:
-            continue
     alive = _alive_actors(client) if entries else set()
     for key in [k for k, data in entries.items() if data.get("actor_id") and data["actor_id"] not in alive]:
         del entries[key]
-        try:
+        with contextlib.suppress(Exception):   # cleanup is best effort
             client.internal_kv_del(key.encode(), False, namespace=namespace, timeout=5)
-        except Exception:  # noqa: BLE001 - cleanup is best effort
-            pass
     return entries
 
 

@@ -165,13 +165,8 @@ def role_matches(pattern: str, role: str) -> bool:
 
 
 def matches(spec: Spec, role: str, rank: int, step: int | None, method: str | None) -> bool:
-    if not role_matches(spec.role, role or ""):
-        return False
-    if not fnmatch.fnmatchcase(method or "", spec.method):
-        return False
-    if spec.ranks is not None and rank not in spec.ranks:
-        return False
-    if spec.steps is not None and step not in spec.steps:
+    if not (role_matches(spec.role, role or "") and fnmatch.fnmatchcase(method or "", spec.method)
+            and (spec.ranks is None or rank in spec.ranks) and (spec.steps is None or step in spec.steps)):
         return False
     if spec.when:
         names = {"role": role, "rank": rank, "step": step, "method": method}

@@ -163,11 +163,9 @@ class Session:
             cmd, arg = "!", line[1:].strip()
         try:
             self._execute(cmd, arg)
-        except ValueError as e:  # a bad `b` argument
+        except (ValueError, DAPError) as e:  # ValueError: a bad `b` argument
             self.out(f"*** {e}")
-        except DAPError as e:
-            self.out(f"*** {e}")
-            if self.client.closed:
+            if isinstance(e, DAPError) and self.client.closed:
                 self.active = False
 
     def _execute(self, cmd: str, arg: str) -> None:

@@ -11,6 +11,7 @@ empty and every probe returns nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -102,12 +103,10 @@ def processes(gpu: Gpu) -> dict[int, int]:
     nv = _nvml()
     out: dict[int, int] = {}
     for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-        try:
+        with contextlib.suppress(Exception):
             for p in getattr(nv, fn)(gpu.handle):
                 used = p.usedGpuMemory
                 out[int(p.pid)] = out.get(int(p.pid), 0) + (int(used) if isinstance(used, int) else 0)
-        except Exception:
-            continue
     return out
 
 

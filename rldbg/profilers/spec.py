@@ -36,9 +36,8 @@ class ProfileSpec:
 
     def selects(self, role: str, rank: int, method: str, step) -> bool:
         # A call outside any step is profiled only when every step is.
-        if self.steps and step not in self.steps:
-            return False
-        return ((not self.roles or role in self.roles)
+        return ((not self.steps or step in self.steps)
+                and (not self.roles or role in self.roles)
                 and (not self.ranks or rank in self.ranks)
                 and (not self.methods or method in self.methods))
 

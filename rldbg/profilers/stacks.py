@@ -182,8 +182,7 @@ def format_text(groups, failed, shown: int = SHOWN_FRAMES) -> str:
         lines += [f"    {f}" for f in g.frames[:shown]]
         if len(g.frames) > shown:
             lines.append(f"    ... {len(g.frames) - shown} outer frames")
-    for r in failed:
-        lines.append(f"{r.target.label}: no stack: {r.error}")
+    lines += [f"{r.target.label}: no stack: {r.error}" for r in failed]
     return "\n".join(lines)
 
 

@@ -77,11 +77,8 @@ def find(dash: Dashboard, role: str | None = None, rank: int | None = None, run:
         roles, rnk = (ident.role, ident.rank) if ident else (
             (m.group("roles"), int(m.group("rank"))) if m else (a.get("class_name") or "actor", None))
         actor_run = m.group("run") if m else None
-        if role is not None and role not in roles.split("+"):
-            continue
-        if rank is not None and rnk != rank:
-            continue
-        if run is not None and actor_run != run:
+        if ((role is not None and role not in roles.split("+")) or (rank is not None and rnk != rank)
+                or (run is not None and actor_run != run)):
             continue
         node_id = a.get("node_id") or ""
         out.append(Target(roles, rnk, int(a["pid"]), ips.get(node_id, ""), node_id, a.get("actor_id", ""),

@@ -14,6 +14,7 @@ left out and counted in the store's notes, as the report would count it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -130,10 +131,8 @@ def _load(path: str) -> tuple[list[dict], list[str], dict]:
         raw = _inflate(raw, notes)
     events, s = None, "["
     if not notes:
-        try:
+        with contextlib.suppress(orjson.JSONDecodeError):
             events = orjson.loads(raw)   # an intact trace, the common case: whole, at C speed
-        except orjson.JSONDecodeError:
-            pass
         if isinstance(events, dict):
             events = events.get("traceEvents")
     if not isinstance(events, list):

@@ -152,4 +152,3 @@ def _write_index(conn, idx: Tracks, procs: dict, meta: dict, source: str) -> Non
     schema.put(conn, "notes", [])
     schema.put(conn, "dropped_total", sum(d for d, _ in drops.values()))
     schema.put(conn, "start", idx.start_args(aligned=True))
-

@@ -91,4 +91,3 @@ def moves(args: dict | None) -> tuple[tuple, tuple]:
     if not args:
         return (), ()
     return tuple(args.get(FREES) or ()), tuple(args.get(LOADS) or ())
-

@@ -101,11 +101,10 @@ class Shipper:
                 with self._lock:
                     self.clock.sync(self.link)
             self.flush()
-            if self.gone and time.monotonic() - self.gone_since > GIVE_UP_S:
-                if self.on_gone is not None:
-                    # The collector was stopped: go quiet so a later session can be found again.
-                    self.on_gone()
-                    return
+            if self.gone and time.monotonic() - self.gone_since > GIVE_UP_S and self.on_gone is not None:
+                # The collector was stopped: go quiet so a later session can be found again.
+                self.on_gone()
+                return
 
     def _at_exit(self) -> None:
         if not self._stop.is_set():

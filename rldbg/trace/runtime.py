@@ -107,7 +107,7 @@ def _connect(origin_ns: int | None = None):
     """A new connection to this job's collector, or None. With `origin_ns` (a worker connecting
     again), OTHER_SESSION for the collector of a later trace session: our losses belong to the
     trace that lost them."""
-    try:
+    with contextlib.suppress(Exception):
         import ray
         if not ray.is_initialized():
             return None
@@ -117,8 +117,7 @@ def _connect(origin_ns: int | None = None):
         if origin_ns is not None and entry.get("origin_ns") != origin_ns:
             return OTHER_SESSION
         return address.connect(entry)
-    except Exception:
-        return None
+    return None
 
 
 def flush() -> None:

@@ -17,6 +17,7 @@ valid around it still loads. A spill in the older JSON-lines format is refused i
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -114,15 +115,13 @@ def _check(evs, seq=list):
     """The batch's valid events (the batch itself when all are: the common case, checked at C speed)."""
     if type(evs) is not seq:
         return seq()
-    try:
-        if set(map(type, evs)) <= {seq} and set(map(len, evs)) <= {EVENT_FIELDS}:
-            if (set(map(type, map(_PH, evs))) <= {str} and set(map(type, map(_TS, evs))) <= {int}
-                    and set(map(type, map(_DUR, evs))) <= {int} and set(map(type, map(_RANK, evs))) <= {int}
-                    and all(min(map(f, evs), default=0) in _I64 and max(map(f, evs), default=0) in _I64
-                            for f in (_TS, _DUR, _RANK))):
-                return evs
-    except TypeError:
-        pass
+    with contextlib.suppress(TypeError):
+        if (set(map(type, evs)) <= {seq} and set(map(len, evs)) <= {EVENT_FIELDS}
+                and set(map(type, map(_PH, evs))) <= {str} and set(map(type, map(_TS, evs))) <= {int}
+                and set(map(type, map(_DUR, evs))) <= {int} and set(map(type, map(_RANK, evs))) <= {int}
+                and all(min(map(f, evs), default=0) in _I64 and max(map(f, evs), default=0) in _I64
+                        for f in (_TS, _DUR, _RANK))):
+            return evs
     return seq(ev for ev in evs if _valid_event(ev, seq))
 
 

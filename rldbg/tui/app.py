@@ -3,6 +3,7 @@ run in short-lived worker threads too. The UI thread only renders the latest Vie
 visible tab (hidden tabs render when shown)."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import time
@@ -104,10 +105,8 @@ class TopApp(App):
     def _beat_loop(self) -> None:
         # Separate from polling so a slow dashboard never lets an armed gate time out.
         while not self._stop.wait(self.heartbeat_s):
-            try:
+            with contextlib.suppress(Exception):   # the poll loop reports the connection state
                 self.source.heartbeat()
-            except Exception:
-                pass   # the poll loop reports the connection state
 
     def _call(self, fn, *args, **kw) -> bool:
         """Run fn on the UI thread. call_later posts a message: thread-safe, and it never blocks

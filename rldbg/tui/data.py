@@ -139,7 +139,7 @@ class LiveSource(DataSource):
             return
         self._slow_at = time.monotonic()
         gpu = {}
-        try:
+        with contextlib.suppress(DashboardError, TypeError, ValueError):
             for node in self.dash.nodes_summary():
                 for g in node.get("gpus") or []:
                     procs = g.get("processesPids") or {}
@@ -148,8 +148,6 @@ class LiveSource(DataSource):
                         mb = (p or {}).get("gpuMemoryUsage")
                         if mb is not None:
                             gpu[int(pid)] = gpu.get(int(pid), 0) + int(mb) * 2**20
-        except (DashboardError, TypeError, ValueError):
-            pass
         self._gpu = gpu
         try:
             from rldbg.debug.paused_workers import list_paused

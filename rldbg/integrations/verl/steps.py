@@ -10,6 +10,7 @@ recorded after the fact, from that call's first time to now, and the report give
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -40,10 +41,8 @@ class _Steps:
     def _close(self) -> None:
         if self._cm is not None:
             cm, self._cm = self._cm, None
-            try:
+            with contextlib.suppress(Exception):
                 cm.__exit__(None, None, None)
-            except Exception:
-                pass
 
     def close(self) -> None:
         with _lock:

@@ -141,12 +141,10 @@ def name_server(server) -> None:
     if _named[0]:
         return
     _named[0] = True
-    try:
+    with contextlib.suppress(Exception):   # naming must never stop a server from sleeping or waking
         replica = int(getattr(server, "replica_rank", 0) or 0)
         node, nnodes = int(getattr(server, "node_rank", 0) or 0), int(getattr(server, "nnodes", 1) or 1)
         instrument.set_worker_identity(f"rollout_replica{replica}", node, nnodes)
-    except Exception:   # noqa: BLE001 - naming must never stop a server from sleeping or waking
-        pass
 
 
 def patch_server(mod) -> None:

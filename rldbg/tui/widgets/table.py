@@ -107,4 +107,3 @@ class LineTable(LineView):
 
     def on_blur(self) -> None:
         self.redraw()
-
