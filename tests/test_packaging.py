@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 # What each core distribution is imported as (textual brings rich; py-spy is a program, not a module).
 IMPORTED_AS = {"ray": {"ray"}, "debugpy": {"debugpy"}, "textual": {"textual", "rich"}, "pygal": {"pygal"},
-               "msgpack": {"msgpack"}, "orjson": {"orjson"}, "nvidia-ml-py": {"pynvml"}, "py-spy": set()}
+               "msgpack": {"msgpack"}, "orjson": {"orjson"}, "isal": {"isal"}, "nvidia-ml-py": {"pynvml"},
+               "py-spy": set()}
 TRAINER_ONLY = {"torch", "transformers", "tokenizers", "safetensors", "numpy", "pyyaml", "tqdm", "tensorboard",
                 "torch-tb-profiler"}
 
@@ -64,3 +65,10 @@ def test_no_rldbg_module_needs_more_than_the_core_to_load():
     files = sorted((REPO / "rldbg").rglob("*.py")) + [REPO / "rldbg_verl_plugin.py"]
     bad = {str(p.relative_to(REPO)): sorted(extra) for p in files if (extra := _load_time_imports(p) - allowed)}
     assert not bad, f"imported at load time but not a core dependency (import it where it is used): {bad}"
+
+
+def test_the_gzip_export_deflates_with_isal():
+    """The .json.gz export's speed is ISA-L's: installed as a core dependency, it is what the
+    export writes with (the stdlib's gzip only stands in where it is missing)."""
+    from rldbg.trace import export
+    assert export.gzip.__name__ == "isal.igzip"
