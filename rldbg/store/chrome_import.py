@@ -23,7 +23,7 @@ import zlib
 
 import orjson
 
-from rldbg.store import TraceFileError, no_gc, schema
+from rldbg.store import TraceFileError, no_gc, schema, series
 from rldbg.store.ingest import EventWriter
 from rldbg.store.queries import KEPT_INSTANTS
 from rldbg.trace.chrome_text import args_json
@@ -219,6 +219,7 @@ def from_chrome(path: str, db_path: str = ":memory:") -> sqlite3.Connection:
     schema.put(conn, "odd_fields", odd)
     schema.put(conn, "odd_samples", odd_samples)
     schema.put(conn, "dropped_total", dropped)
+    series.write(conn)
     schema.finish(conn)
     return conn
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 from operator import itemgetter
 
-from rldbg.store import no_gc, schema
+from rldbg.store import no_gc, schema, series
 from rldbg.store.tracks import Tracks, process_key
 from rldbg.trace.chrome_text import args_json
 from rldbg.trace.spill import iter_records, read_meta
@@ -119,6 +119,7 @@ def from_spill(spill_dir: str, db_path: str, damage: list | None = None,
     _controller_tracks(conn, idx, procs)
     _write_index(conn, idx, procs, meta, spill_dir)
     schema.put(conn, "exported_to", exported_to)
+    series.write(conn)
     schema.finish(conn)
     return conn
 

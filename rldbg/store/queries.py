@@ -1,40 +1,31 @@
 """What the report asks of a store (rldbg.store.schema): the Trace its analyses read
-(rldbg.trace.report_trace), in three queries over the categories and instants they need; the rest
-of a run's events (user spans, marks, a driver call's parts) is never read.
+(rldbg.trace.report_trace): the slices and instants they need in one query over the events, the
+counter series as the store keeps them (rldbg.store.series); the rest of a run's events (user
+spans, marks, a driver call's parts) is never read.
 """
 from __future__ import annotations
 
-import re
 import sqlite3
 
-import orjson
-
 from rldbg import sentinel
-from rldbg.store import no_gc, schema
+from rldbg.store import no_gc, schema, series
 from rldbg.store.schema import raw_args
 from rldbg.trace.events import NUMBERED_AFTER
 from rldbg.trace.flight import TRIGGER
-from rldbg.trace.report_trace import LOSSES, Trace, bad_field, finite_number, odd_notes
+from rldbg.trace.report_trace import LOSSES, Trace, bad_field, odd_notes
 from rldbg.trace.window import STACK
 
 STEP_START = "step start"
 KEPT_INSTANTS = (sentinel.EVENT, TRIGGER, STACK, STEP_START, LOSSES)
 _SLICE_CATS = ("call", "transition", "step", "driver_call")
-_GPU_COUNTER = re.compile(r"^(gpu\d+) memory$")
 
-# The kinds the report reads (rldbg.store.schema): rldbg's slices and driver calls, the few
-# instants an analysis looks at, and the memory, ledger and GPU counters (a tuple of plain names
-# is written as SQL writes a list).
+# The kinds the report reads (rldbg.store.schema) besides the counter series (rldbg.store.series):
+# rldbg's slices and driver calls and the few instants an analysis looks at (a tuple of plain
+# names is written as SQL writes a list).
 _KINDS = f"""SELECT id, proc, ph, cat, name, role, rank, method FROM kinds
 WHERE (ph IN ('X', 'D') AND cat IN {_SLICE_CATS}) OR (ph IN ('i', 'I') AND name IN {KEPT_INSTANTS})"""
-_COUNTER_KINDS = """SELECT id, proc, cat, name, role, rank FROM kinds
-WHERE ph = 'C' AND cat IN ('memory', 'ledger', 'gpu')"""
 # Their events, in arrival order (each record list keeps it), in one pass over the events.
 _EVENTS = f"SELECT kind, ts, dur, step, flow, args FROM events WHERE kind IN (SELECT id FROM ({_KINDS})) ORDER BY seq"
-# All counter samples in arrival order as three JSON arrays (kinds, times, args) made by SQLite in
-# one pass: no GROUP BY, whose sort of a million rows cost more than grouping them in numpy.
-_SAMPLES = f"""SELECT '[' || group_concat(kind) || ']', '[' || group_concat(ts) || ']',
-'[' || group_concat(coalesce(args, 'null')) || ']' FROM events WHERE kind IN (SELECT id FROM ({_COUNTER_KINDS}))"""
 _RANKS = """SELECT t.role, t.rank, p.node_id, p.node_ip, p.pid FROM tracks t JOIN processes p ON p.id = t.proc
 WHERE p.node_id IS NOT NULL ORDER BY t.ord"""
 
@@ -50,11 +41,11 @@ def read(conn: sqlite3.Connection, path: str = "") -> Trace:
                       for role, rank, node, ip, pid in ranks),
                      key=lambda r: (r["role"] != "driver", r["role"], r["rank"]))
     with no_gc():
-        odd_samples = _events(conn, t, odd, {(role, rank): str(node or "") for role, rank, node, _, _ in ranks})
-    odd_samples += schema.get(conn, "odd_samples") or 0
+        _events(conn, t, odd)
+        series.read(conn, t)
     t.start = schema.get(conn, "start") or {}
     t.dropped_total = schema.get(conn, "dropped_total") or 0
-    t.notes = list(schema.get(conn, "notes") or []) + odd_notes(odd, odd_samples)
+    t.notes = list(schema.get(conn, "notes") or []) + odd_notes(odd, schema.get(conn, "odd_samples") or 0)
     _one_controllers_steps(t)
     _close_open_steps(t)
     _number_after_the_fact(t)
@@ -65,12 +56,10 @@ def read(conn: sqlite3.Connection, path: str = "") -> Trace:
 # fields of rldbg's types passes without the call.
 _CHECKED_ARGS = frozenset(("mem_before", "mem_after", "frees", "loads"))
 _FLOW_TYPES = (int, str)
-_FLOAT_MAX = 1.7976931348623157e308
 
 
-def _events(conn, t: Trace, odd: dict, nodes: dict) -> int:
-    """The Trace's slices, instants and series from the kinds' events; returns how many counter
-    samples were not numbers."""
+def _events(conn, t: Trace, odd: dict) -> None:
+    """The Trace's slices and instants from the kinds' events."""
     shift = dict(conn.execute("SELECT id, shift FROM processes"))
     slices = {"call": t.calls, "transition": t.transitions, "step": t.steps, "driver_call": t.driver_calls}
     kinds = {}
@@ -106,63 +95,6 @@ def _events(conn, t: Trace, odd: dict, nodes: dict) -> int:
                 continue
         into.append(rec)
     t.instants.sort(key=lambda e: e["ts"])   # stable: arrival order among equal times
-    return _series(conn, t, shift, nodes)
-
-
-def _series(conn, t: Trace, shift: dict, nodes: dict) -> int:
-    """The memory, ledger and GPU series as (times, values) columns, each in time order (arrival
-    order among equal times); returns how many sample values were not numbers. Each sample's
-    values are taken apart into (series, time, value) and sorted by series and time in numpy, a
-    million at C speed."""
-    import numpy as np
-    groups, index, kinds = [], {}, {}   # [(target, GPU series dict or None)]; target -> its index
-    top = 0
-    for kind, proc, cat, name, role, rank in conn.execute(_COUNTER_KINDS):
-        top = max(top, kind)
-        if cat == "gpu":
-            g = _GPU_COUNTER.match(name) if type(name) is str else None
-            if g is None:
-                continue
-            target = (nodes.get((role, rank), ""), g.group(1))
-        elif role is None or type(rank) is not int:
-            continue   # a process never named: its samples belong to no role
-        else:
-            target = (cat, role, rank)
-        if target not in index:
-            index[target] = len(groups)
-            groups.append((target, t.gpus.setdefault(target, {}) if cat == "gpu" else None))
-        kinds[kind] = (index[target], shift[proc])
-    kinds_text, ts_text, args_text = conn.execute(_SAMPLES).fetchone()
-    if not kinds or kinds_text is None:
-        return 0
-    ks, times, samples = orjson.loads(kinds_text), orjson.loads(ts_text), raw_args(args_text)
-    if set(map(type, samples)) == {dict} and set(map(len, samples)) == {1}:   # one value each: rldbg's on a CPU
-        names, values = zip(*map(dict.popitem, samples))
-    else:
-        rows = [(k, tm, n, v) for k, tm, a in zip(ks, times, samples)
-                for n, v in (a.items() if type(a) is dict else () if a is None else (("value", a),))]
-        ks, times, names, values = zip(*rows) if rows else ((),) * 4
-    # Times as Python ints where a sum might leave 64 bits (a trace from elsewhere): numpy would wrap.
-    big = max(map(abs, times), default=0) >= 1 << 62 or any(abs(s) >= 1 << 62 for _, s in kinds.values())
-    group, sh = np.full(top + 1, -1, np.int64), np.zeros(top + 1, object if big else np.int64)
-    for kind, (g, s) in kinds.items():
-        group[kind], sh[kind] = g, s
-    ids = {n: i for i, n in enumerate(dict.fromkeys(names))}
-    k = np.array(ks, np.int64)
-    code = group[k] * len(ids) + np.fromiter(map(ids.__getitem__, names), np.int64, len(names))
-    times = np.array(times, object if big else np.int64) + sh[k]
-    order = np.lexsort((times, code))   # stable
-    order = order[group[k[order]] >= 0]
-    names, odd = list(ids), 0
-    for idx in np.split(order, np.flatnonzero(np.diff(code[order])) + 1) if len(order) else ():
-        (target, gpu), series = groups[code[idx[0]] // len(ids)], names[code[idx[0]] % len(ids)]
-        ts, vs, n = _numbers(times[idx].tolist(), [values[j] for j in idx.tolist()])
-        odd += n
-        if gpu is not None:
-            gpu[series] = (ts, vs)
-        elif vs:
-            (t.mem if target[0] == "memory" else t.ledger)[target[1:] + (series,)] = (ts, vs)
-    return odd
 
 
 def _plain_args(a: dict) -> bool:
@@ -173,15 +105,6 @@ def _plain_args(a: dict) -> bool:
             and (ma is None or type(ma) is int and abs(ma) < 1 << 63)
             and (frees is None or type(frees) is list and set(map(type, frees)) <= {str})
             and (loads is None or type(loads) is list and set(map(type, loads)) <= {str}))
-
-
-def _numbers(times: list, values: list) -> tuple:
-    """(times, values, how many left out) of the samples whose value is a finite number: all of
-    them, checked at C speed, where every value is an int within a float's range (bytes)."""
-    if set(map(type, values)) <= {int} and (not values or -_FLOAT_MAX <= min(values) and max(values) <= _FLOAT_MAX):
-        return times, values, 0
-    keep = [k for k, v in enumerate(values) if finite_number(v)]
-    return [times[k] for k in keep], [values[k] for k in keep], len(values) - len(keep)
 
 
 def _one_controllers_steps(t: Trace) -> None:

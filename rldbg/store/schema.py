@@ -18,9 +18,12 @@ processes  one row per process that sent events ("host:pid"): where it ran, its 
            (its clock offset less the trace's origin, ns).
 tracks     one row per role/rank track, in the order first seen (the export's pids and tids),
            with the process that stood behind it last.
+series     one row per counter series (a rank's memory or ledger series, a GPU's), its times and
+           values as JSON arrays: the samples taken apart and sorted once, when the store is
+           written (rldbg.store.series), as every report reads them so.
 run        key -> JSON value: "meta" (the spill's meta.json: origin, job, what was recorded),
            "origin_ns", "aligned", "source" (spill or the imported file), "notes" (damage an
-           import met), "odd_fields" and "dropped_total".
+           import met), "odd_fields", "odd_samples" and "dropped_total".
 
 Readers pick the kinds they need by category or name (a few rows) and read those kinds' events in
 one pass over the events table, in arrival order, without an index to build at ingest.
@@ -33,7 +36,7 @@ import sqlite3
 
 import orjson
 
-VERSION = 2
+VERSION = 3
 
 _TABLES = """
 CREATE TABLE kinds (id INTEGER PRIMARY KEY, proc INTEGER, ph TEXT, cat, name, role, rank, method);
@@ -44,6 +47,7 @@ CREATE TABLE processes (id INTEGER PRIMARY KEY, key TEXT, pid, host, node_id TEX
                         clock_offset_ns INTEGER, clock_uncertainty_ns INTEGER, dropped INTEGER DEFAULT 0,
                         t_sent INTEGER DEFAULT 0, first_ts INTEGER, shift INTEGER DEFAULT 0);
 CREATE TABLE tracks (ord INTEGER PRIMARY KEY, role, rank, proc INTEGER);
+CREATE TABLE series (target TEXT, a, b, name, times TEXT, vals TEXT, exact INTEGER);
 CREATE TABLE run (key TEXT PRIMARY KEY, value TEXT);
 """
 
@@ -70,7 +74,8 @@ def create(path: str) -> sqlite3.Connection:
 
 
 def finish(conn: sqlite3.Connection) -> None:
-    """The rows written committed and the store marked complete."""
+    """The rows written committed and the store marked complete (the writers put the counter
+    series in first: rldbg.store.series.write)."""
     put(conn, "complete", True)
     conn.execute("COMMIT")
 
