@@ -219,7 +219,7 @@ def from_chrome(path: str, db_path: str = ":memory:") -> sqlite3.Connection:
     schema.put(conn, "odd_fields", odd)
     schema.put(conn, "odd_samples", odd_samples)
     schema.put(conn, "dropped_total", dropped)
-    series.write(conn)
+    series.write(conn, out.samples)
     schema.finish(conn)
     return conn
 

@@ -55,11 +55,13 @@ def _kind_key(evs) -> itemgetter:
 
 
 class EventWriter:
-    """Events into the store's kinds and events tables, a batch at a time (rldbg.store.schema)."""
+    """Events into the store's kinds and events tables, a batch at a time (rldbg.store.schema), and
+    the counter samples kept as series into .samples as they pass (rldbg.store.series)."""
 
     def __init__(self, conn: sqlite3.Connection):
         self.conn, self.rows, self.kinds, self.written = conn, [], [], 0
         self.ids: dict = {}   # proc -> {kind key: kind id}
+        self.samples, self.series_kinds = series.Samples(), set()
 
     def add(self, proc: int, evs, args_are_text: bool = False) -> None:
         """A process's events (11-field tuples, rldbg.trace.events); their args as JSON text
@@ -72,6 +74,9 @@ class EventWriter:
             if k not in ids:
                 ids[k] = len(self.kinds) + 1
                 self.kinds.append((ids[k], proc, *_KIND(ev)))
+                if ev[0] == "C" and type(ev[1]) is str and ev[1] in series.CATS:
+                    self.series_kinds.add(ids[k])
+        first = len(self.rows)
         if kind_of is not _KIND or args_are_text:
             self.rows += [(ids[kind_of(ev)], ev[3], ev[4], ev[7], ev[9],
                            ev[10] if args_are_text else args_json(ev[10]) if ev[10] else None) for ev in evs]
@@ -79,6 +84,11 @@ class EventWriter:
             self.rows += [(ids[(ph, cat, name, role, rank, method)], ts, dur, step, flow,
                            args_json(args) if args else None)
                           for ph, cat, name, ts, dur, role, rank, step, method, flow, args in evs]
+        if self.series_kinds:
+            kept = self.series_kinds
+            got = [(r[0], r[1], ev[10]) for r, ev in zip(self.rows[first:], evs) if r[0] in kept]
+            if got:
+                self.samples.add(*zip(*got), args_are_text)
         if len(self.rows) >= _BATCH:
             self._flush()
 
@@ -119,7 +129,7 @@ def from_spill(spill_dir: str, db_path: str, damage: list | None = None,
     _controller_tracks(conn, idx, procs)
     _write_index(conn, idx, procs, meta, spill_dir)
     schema.put(conn, "exported_to", exported_to)
-    series.write(conn)
+    series.write(conn, out.samples)
     schema.finish(conn)
     return conn
 

@@ -22,17 +22,38 @@ from rldbg.trace.report_trace import finite_number
 
 _GPU_COUNTER = re.compile(r"^(gpu\d+) memory$")
 _FLOAT_MAX = 1.7976931348623157e308
+CATS = ("memory", "ledger", "gpu")   # the counters' categories kept as series (ph "C")
 _KINDS = "SELECT id, proc, cat, name, role, rank FROM kinds WHERE ph = 'C' AND cat IN ('memory', 'ledger', 'gpu')"
-# All their samples in arrival order as three JSON arrays (kinds, times, args) made by SQLite in
-# one pass: no GROUP BY, whose sort of a million rows cost more than grouping them in numpy.
-_SAMPLES = f"""SELECT '[' || group_concat(kind) || ']', '[' || group_concat(ts) || ']',
-'[' || group_concat(coalesce(args, 'null')) || ']' FROM events WHERE kind IN (SELECT id FROM ({_KINDS}))"""
 _NODES = "SELECT t.role, t.rank, p.node_id FROM tracks t JOIN processes p ON p.id = t.proc WHERE p.node_id IS NOT NULL"
 
 
-def write(conn) -> None:
-    """The series of the events and processes written so far into the series table."""
-    rows, odd = _columns(conn)
+class Samples:
+    """The series' samples as the events go into the store (rldbg.store.ingest.EventWriter), each
+    value taken apart at once into four flat columns: (kind, time, series name, value). Kept so,
+    not as the events' args, a million samples hold 80 MB, not 250."""
+
+    def __init__(self):
+        self.kinds, self.times, self.names, self.values = [], [], [], []
+
+    def add(self, kinds, times, args, are_text: bool) -> None:
+        """A batch's samples: their kind ids, times and args (JSON text with are_text)."""
+        if are_text:
+            args = list(map(raw_args, args))
+        if set(map(type, args)) == {dict} and set(map(len, args)) == {1}:   # one value each: rldbg's on a CPU
+            names, values = zip(*map(next, map(iter, map(dict.items, args))))
+        else:
+            parts = [(k, tm, n, v) for k, tm, a in zip(kinds, times, args)
+                     for n, v in (a.items() if type(a) is dict else () if a is None else (("value", a),))]
+            kinds, times, names, values = zip(*parts) if parts else ((),) * 4
+        self.kinds += kinds
+        self.times += times
+        self.names += names
+        self.values += values
+
+
+def write(conn, samples: Samples) -> None:
+    """The series of the samples gathered, on the kinds and processes written, into the series table."""
+    rows, odd = _columns(conn, samples)
     conn.executemany("INSERT INTO series VALUES (?,?,?,?,?,?,?)", rows)
     schema.put(conn, "odd_samples", (schema.get(conn, "odd_samples") or 0) + odd)
 
@@ -59,10 +80,9 @@ def _text(xs: list) -> tuple[str | bytes, bool]:
         return json.dumps(xs), True
 
 
-def _columns(conn) -> tuple[list, int]:
-    """(the series rows, how many sample values were not numbers). Each sample's values are taken
-    apart into (series, time, value) and sorted by series and time (arrival order among equal
-    times) in numpy, a million at C speed."""
+def _columns(conn, samples: Samples) -> tuple[list, int]:
+    """(the series rows, how many sample values were not numbers). The samples are sorted by
+    series and time (arrival order among equal times) in numpy, a million at C speed."""
     import numpy as np
     nodes = {(role, rank): str(node or "") for role, rank, node in conn.execute(_NODES)}
     shift = dict(conn.execute("SELECT id, shift FROM processes"))
@@ -85,16 +105,9 @@ def _columns(conn) -> tuple[list, int]:
             if cat == "gpu":
                 rows.append((*target, None, None, None, False))
         kinds[kind] = (index[target], shift[proc] or 0)
-    kinds_text, ts_text, args_text = conn.execute(_SAMPLES).fetchone()
-    if not kinds or kinds_text is None:
+    ks, times, names, values = samples.kinds, samples.times, samples.names, samples.values
+    if not kinds or not ks:
         return rows, 0
-    ks, times, samples = orjson.loads(kinds_text), orjson.loads(ts_text), raw_args(args_text)
-    if set(map(type, samples)) == {dict} and set(map(len, samples)) == {1}:   # one value each: rldbg's on a CPU
-        names, values = zip(*map(dict.popitem, samples))
-    else:
-        parts = [(k, tm, n, v) for k, tm, a in zip(ks, times, samples)
-                 for n, v in (a.items() if type(a) is dict else () if a is None else (("value", a),))]
-        ks, times, names, values = zip(*parts) if parts else ((),) * 4
     # Times as Python ints where a sum might leave 64 bits (a trace from elsewhere): numpy would wrap.
     big = max(map(abs, times), default=0) >= 1 << 62 or any(abs(s) >= 1 << 62 for _, s in kinds.values())
     group, sh = np.full(top + 1, -1, np.int64), np.zeros(top + 1, object if big else np.int64)
@@ -106,11 +119,15 @@ def _columns(conn) -> tuple[list, int]:
     times = np.array(times, object if big else np.int64) + sh[k]
     order = np.lexsort((times, code))   # stable
     order = order[group[k[order]] >= 0]
-    names, odd = list(ids), 0
+    # Every value an int within a float's range (bytes, nearly always): none to check one by one.
+    plain = set(map(type, values)) <= {int} and -_FLOAT_MAX <= min(values) and max(values) <= _FLOAT_MAX
+    names, odd, values = list(ids), 0, np.array(values, object)
     for idx in np.split(order, np.flatnonzero(np.diff(code[order])) + 1) if len(order) else ():
         target, series = groups[code[idx[0]] // len(ids)], names[code[idx[0]] % len(ids)]
-        ts, vs, n = _numbers(times[idx].tolist(), [values[j] for j in idx.tolist()])
-        odd += n
+        ts, vs = times[idx].tolist(), values[idx].tolist()
+        if not plain:
+            ts, vs, n = _numbers(ts, vs)
+            odd += n
         if target[0] == "gpu" or vs:
             (ts, exact_t), (vs, exact_v) = _text(ts), _text(vs)
             rows.append((*target, series, ts, vs, exact_t or exact_v))
@@ -118,9 +135,6 @@ def _columns(conn) -> tuple[list, int]:
 
 
 def _numbers(times: list, values: list) -> tuple:
-    """(times, values, how many left out) of the samples whose value is a finite number: all of
-    them, checked at C speed, where every value is an int within a float's range (bytes)."""
-    if set(map(type, values)) <= {int} and (not values or -_FLOAT_MAX <= min(values) and max(values) <= _FLOAT_MAX):
-        return times, values, 0
+    """(times, values, how many left out) of the samples whose value is a finite number."""
     keep = [k for k, v in enumerate(values) if finite_number(v)]
     return [times[k] for k in keep], [values[k] for k in keep], len(values) - len(keep)
