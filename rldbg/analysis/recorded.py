@@ -4,6 +4,9 @@ recorder's dump, its trigger and, for a hang, every process's stacks. The report
 """
 from __future__ import annotations
 
+from itertools import chain
+from operator import itemgetter
+
 from rldbg.trace.flight import TRIGGER
 from rldbg.trace.window import STACK, ranges, steps_text
 
@@ -11,8 +14,9 @@ SHOWN_FRAMES = 4
 
 
 def analyse(t) -> dict:
-    steps = [s["step"] for s in t.calls + t.transitions + t.driver_calls if type(s["step"]) is int]
-    steps += [int(s["step"]) for s in t.steps if type(s.get("step")) is int]
+    # Each distinct step once (at C speed) before the type check: 10^5 slices, 10^3 steps.
+    steps = [n for n in set(map(itemgetter("step"), chain(t.calls, t.transitions, t.driver_calls, t.steps)))
+             if type(n) is int]
     start = t.start
     how = start.get("recorded") if isinstance(start.get("recorded"), dict) else {}
     out = {"steps": ranges(steps), "asked_steps": how.get("steps") or [], "window": how.get("window") or 0,
