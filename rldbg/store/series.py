@@ -73,9 +73,9 @@ def read(conn, t) -> None:
             (t.mem if target == "memory" else t.ledger)[(a, b, name)] = columns
 
 
-def _text(xs: list) -> tuple[str | bytes, bool]:
+def _text(xs: list) -> tuple[str, bool]:
     try:
-        return orjson.dumps(xs), False
+        return orjson.dumps(xs).decode(), False
     except orjson.JSONEncodeError:   # an int beyond 64 bits (a trace from elsewhere)
         return json.dumps(xs), True
 
