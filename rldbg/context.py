@@ -134,8 +134,7 @@ def set_worker(ident: WorkerIdentity) -> None:
 
 def identity() -> WorkerIdentity:
     """This worker's identity; for a process that never set one, the current context's role/rank."""
-    ident = _IDENT[0]
-    if ident is None:
-        c = current()
-        return WorkerIdentity((c.role,), c.rank, c.world_size)
-    return ident
+    if (ident := _IDENT[0]) is not None:
+        return ident
+    c = current()
+    return WorkerIdentity((c.role,), c.rank, c.world_size)

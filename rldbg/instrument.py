@@ -142,10 +142,8 @@ def call_begin(group: str, method: str, mode: str, world: int, step: int | None 
     version, texts = _gate.current_specs()
     specs = (version, tuple(texts)) if version else None
     session = int(_rt.STATE.config.get("origin_ns") or 1) if on else 0
-    call = Call(CallTag(next(_flow_ids), group, method, step, session, specs), mode, world)
-    if on:
-        call.t_begin = time.time_ns()
-    return call
+    return Call(CallTag(next(_flow_ids), group, method, step, session, specs), mode, world,
+                time.time_ns() if on else 0)
 
 
 def call_ready(call: Call, shards: list | None = None) -> None:
@@ -322,11 +320,9 @@ def transition(name: str, frees=(), loads=(), **args):
     declare what it moves in ledger categories, e.g. frees=("optimizer",): leak detection and
     `rldbg top` read the declaration, never the name. Report the moved categories' new sizes with
     ledger() inside the block. Other keyword arguments are recorded with the span."""
-    frees, loads = _categories(frees, "frees"), _categories(loads, "loads")
-    if frees:
-        args[FREES] = frees
-    if loads:
-        args[LOADS] = loads
+    for key, cats in ((FREES, _categories(frees, "frees")), (LOADS, _categories(loads, "loads"))):
+        if cats:
+            args[key] = cats
     with _cuda_snapshot(name), _transition_span(name, **args):
         yield
 

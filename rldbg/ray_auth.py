@@ -14,8 +14,7 @@ from pathlib import Path
 def token() -> str | None:
     """The token this machine's clusters accept: $RAY_AUTH_TOKEN, else $RAY_AUTH_TOKEN_PATH or
     ~/.ray/auth_token; None when there is none."""
-    value = os.environ.get("RAY_AUTH_TOKEN", "").strip()
-    if value:
+    if value := os.environ.get("RAY_AUTH_TOKEN", "").strip():
         return value
     home = Path(os.environ.get("HOME", "~"))
     path = os.environ.get("RAY_AUTH_TOKEN_PATH", "").strip() or home / ".ray" / "auth_token"

@@ -144,8 +144,7 @@ def post_mortem_on() -> bool:
 
 class CallChecks:
     """What a registered call's scope checks: its output (returned) and its error (raised). Reads
-    role, rank, method and step from the scope: CallScope below, or rldbg.instrument.worker_call
-    itself."""
+    role, rank, method and step from the scope: CallScope below, or rldbg.instrument.worker_call."""
 
     __slots__ = ()
 
@@ -153,8 +152,7 @@ class CallChecks:
         """Check the call's output; warn or raise NonFinite (mode), saving inputs and output."""
         if mode() == "off":
             return out
-        bad = find(out)
-        if bad is not None:
+        if (bad := find(out)) is not None:
             _alarm(self.role, self.rank, self.method, self.step, bad, args, kwargs, out)
         return out
 
@@ -233,6 +231,4 @@ def state_suffix(a: dict) -> str:
 
 def render(found: list[dict]) -> list[str]:
     """`rldbg report`'s lines for the alarms."""
-    if not found:
-        return ["non-finite values: none"]
-    return ["non-finite values:"] + [f"  {describe(a)}" for a in found]
+    return ["non-finite values:"] + [f"  {describe(a)}" for a in found] if found else ["non-finite values: none"]

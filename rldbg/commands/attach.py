@@ -6,8 +6,8 @@ attach only over loopback or a network you trust.
 from __future__ import annotations
 
 import os
-import sys
 
+from rldbg.commands import fail
 from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
 from rldbg.debug.dap import DAPClient, DAPError
 from rldbg.debug.lines import resolve as resolve_line
@@ -29,14 +29,9 @@ def add_arguments(parser) -> None:
                         help="seconds to wait for the stop (default 30 for a paused worker, forever with --break)")
 
 
-def _fail(msg: str) -> int:
-    print(f"rldbg attach: {msg}", file=sys.stderr)
-    return 1
-
-
 def run(args) -> int:
     if args.role is None and (args.rank is not None or args.breaks):
-        return _fail("--rank and --break need --role ROLE (a listening worker)")
+        return fail("rldbg attach: --rank and --break need --role ROLE (a listening worker)", 1)
     if args.role is not None:
         return _run_listening(args)
     host, port, worker = resolve_target(args.target, lambda: cli_dashboard(args.address, "rldbg attach"))
@@ -46,7 +41,7 @@ def run(args) -> int:
     try:
         client.attach()
     except DAPError as e:
-        return _fail(f"{who}: {e}")
+        return fail(f"rldbg attach: {who}: {e}", 1)
     print(f"attached to {who} at {host}:{port}; type help")
     return _interact(Session(client, stop_timeout=timeout))
 
@@ -72,7 +67,7 @@ def _run_listening(args) -> int:
             resolve_line(path, line)   # a line that can never stop fails here, before any lookup
         worker = find_listening(args.role, args.rank, args.ray_address, args.address)
     except ValueError as e:
-        return _fail(str(e))
+        return fail(f"rldbg attach: {e}", 1)
     # stop_timeout None: wait for the hit as long as it takes
     session = Session(DAPClient(worker.host, worker.port, timeout=10.0), stop_timeout=args.timeout)
     try:
@@ -84,7 +79,7 @@ def _run_listening(args) -> int:
             state = "set" if answer.get("verified") else f"pending ({answer.get('message') or 'not verified yet'})"
             print(f"breakpoint {remote}:{answer.get('line', line)}" + (f" if {cond}" if cond else "") + f": {state}")
     except DAPError as e:
-        return _fail(f"{worker.label} at {worker.address}: {e}")
+        return fail(f"rldbg attach: {worker.label} at {worker.address}: {e}", 1)
     what = "the breakpoint" if parsed else "a stop (set one with `b FILE:LINE` from VS Code or pause)"
     print(f"attached to {worker.label} (pid {worker.pid}) at {worker.address}; waiting for {what} "
           "(Ctrl-C detaches; the worker keeps running)")

@@ -10,6 +10,8 @@ import os
 import sys
 import time
 
+from rldbg.commands import fail
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--address", default="auto", help="Ray cluster address of the running job (default: auto)")
@@ -45,22 +47,19 @@ def traced_job(address: str, name: str | None, prog: str) -> tuple[str, dict]:
 
 def run(args) -> int:
     if args.wait < 0:
-        print(f"rldbg dump: --wait {args.wait:g}: seconds to wait, >= 0", file=sys.stderr)
-        return 2
+        return fail(f"rldbg dump: --wait {args.wait:g}: seconds to wait, >= 0", 2)
     from rldbg.trace.address import connect
     from rldbg.trace.wire import WireError
     name, entry = traced_job(args.address, args.collector, "rldbg dump")
     try:
         conn = connect(entry)
     except (OSError, WireError) as e:
-        print(f"rldbg dump: cannot reach {name}'s collector at {entry.get('address')}: {e}", file=sys.stderr)
-        return 1
+        return fail(f"rldbg dump: cannot reach {name}'s collector at {entry.get('address')}: {e}", 1)
     try:
         try:
             st = conn.call("dump", "manual", {"by": "rldbg dump", "pid": os.getpid()})
         except WireError as e:   # the collector's own one-line refusal (a trace without a window)
-            print(f"rldbg dump: {e}", file=sys.stderr)
-            return 2
+            return fail(f"rldbg dump: {e}", 2)
         if st.get("rate_limited"):
             print(f"rldbg dump: a dump was taken {st['reason']} moments ago ({st['path']}, {st['state']}); "
                   f"dumps are at most one per 30 s", file=sys.stderr)
@@ -75,8 +74,6 @@ def run(args) -> int:
               f"{st['seconds']:.1f} s)")
         return 0
     if st["state"] == "failed":
-        print(f"rldbg dump: writing {st['path']} failed: {st['error']}", file=sys.stderr)
-        return 1
-    print(f"rldbg dump: asked; {st['path']} is still being written ({st['state']})"
-          + (f" after {args.wait:g} s" if args.wait else ""), file=sys.stderr)
-    return 0 if not args.wait else 1
+        return fail(f"rldbg dump: writing {st['path']} failed: {st['error']}", 1)
+    return fail(f"rldbg dump: asked; {st['path']} is still being written ({st['state']})"
+                + (f" after {args.wait:g} s" if args.wait else ""), 0 if not args.wait else 1)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+from rldbg.commands import fail
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("spill_dir", nargs="?", help="a spill directory (<trace>.spill) left by a run")
@@ -31,21 +33,17 @@ def _spill_from_cluster(address: str, name: str | None) -> str:
 def run(args) -> int:
     from rldbg.trace.export import export_spill
     if not (args.output.endswith(".json") or args.output.endswith(".json.gz")):
-        print(f"rldbg export: output {args.output!r} must end in .json or .json.gz", file=sys.stderr)
-        return 2
+        return fail(f"rldbg export: output {args.output!r} must end in .json or .json.gz", 2)
     if bool(args.spill_dir) == bool(args.address):
-        print("rldbg export: give either SPILL_DIR or --address (not both, not neither)", file=sys.stderr)
-        return 2
+        return fail("rldbg export: give either SPILL_DIR or --address (not both, not neither)", 2)
     try:
         spill = args.spill_dir or _spill_from_cluster(args.address, args.collector)
         damage: list = []
         info = export_spill(spill, args.output, damage=damage)   # damage noted on the way
     except (FileNotFoundError, ValueError) as e:
-        print(f"rldbg export: {e}", file=sys.stderr)
-        return 2
+        return fail(f"rldbg export: {e}", 2)
     except OSError as e:   # the disk filled, the directory went away: after the checks, while writing
-        print(f"rldbg export: cannot write {args.output!r}: {e.strerror or e}", file=sys.stderr)
-        return 2
+        return fail(f"rldbg export: cannot write {args.output!r}: {e.strerror or e}", 2)
     if damage:
         from rldbg.trace.spill import damage_summary
         print(f"rldbg export: WARNING: damaged spill, {len(damage)} bad region(s) skipped: {damage_summary(damage)}; "

@@ -10,6 +10,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from rldbg.commands import fail
 from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
 from rldbg.dashboard import DashboardError
 from rldbg.profilers import flamegraph, pyspy, targets
@@ -38,16 +39,13 @@ def _collapsed(t, dash, args) -> str:
 
 def run(args) -> int:
     if not args.seconds > 0 or args.seconds > 3600:
-        print(f"rldbg flame: bad --seconds {args.seconds}: expected 0 < seconds <= 3600", file=sys.stderr)
-        return 2
+        return fail(f"rldbg flame: bad --seconds {args.seconds}: expected 0 < seconds <= 3600", 2)
     if not 1 <= args.rate <= 10000:
-        print(f"rldbg flame: bad --rate {args.rate}: expected 1-10000 samples per second", file=sys.stderr)
-        return 2
+        return fail(f"rldbg flame: bad --rate {args.rate}: expected 1-10000 samples per second", 2)
     dash = cli_dashboard(args.address, "rldbg flame")
     found, why = targets.find_or_explain(dash, args.role, args.rank, args.run)
     if why:
-        print(f"rldbg flame: {why}", file=sys.stderr)
-        return 1
+        return fail(f"rldbg flame: {why}", 1)
     out = args.out or f"rldbg-flame-{time.strftime('%Y%m%d-%H%M%S')}"
     os.makedirs(out, exist_ok=True)
     print(f"recording {len(found)} worker(s) for {args.seconds:g} s: {', '.join(t.label for t in found)}",

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
+
+from rldbg.commands import fail
 
 
 def add_arguments(parser) -> None:
@@ -30,20 +31,15 @@ def _resolve(path: str) -> str:
 def run(args) -> int:
     from rldbg.trace.open_ui import OpenError, TraceServer, browser_available
     if not 0 <= args.port <= 65535:
-        print(f"rldbg open: --port {args.port} is not a port (0-65535)", file=sys.stderr)
-        return 2
+        return fail(f"rldbg open: --port {args.port} is not a port (0-65535)", 2)
     if args.timeout <= 0:
-        print(f"rldbg open: --timeout {args.timeout} must be > 0 seconds", file=sys.stderr)
-        return 2
+        return fail(f"rldbg open: --timeout {args.timeout} must be > 0 seconds", 2)
     if not args.origin.startswith(("https://", "http://")):
-        print(f"rldbg open: --origin {args.origin!r} is not an http(s) origin, e.g. https://ui.perfetto.dev",
-              file=sys.stderr)
-        return 2
+        return fail(f"rldbg open: --origin {args.origin!r} is not an http(s) origin, e.g. https://ui.perfetto.dev", 2)
     try:
         server = TraceServer(_resolve(args.trace), port=args.port, origin=args.origin)
     except OpenError as e:
-        print(f"rldbg open: {e}", file=sys.stderr)
-        return 2
+        return fail(f"rldbg open: {e}", 2)
     link = server.link
     opened = False
     if not args.no_browser and browser_available():
@@ -61,8 +57,7 @@ def run(args) -> int:
     if server.serve_until_fetched(args.timeout):
         print(f"trace sent to the UI ({server.path.stat().st_size} bytes); done.", flush=True)
         return 0
-    print(f"rldbg open: nothing fetched {server.name} within {args.timeout:g} s; stopped serving", file=sys.stderr)
-    return 1
+    return fail(f"rldbg open: nothing fetched {server.name} within {args.timeout:g} s; stopped serving", 1)
 
 
 def _user_at_host() -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
+from rldbg.commands import fail
+
 DAMAGED_RC = 3
 EXIT_AT_ONCE = True   # rldbg.cli: skip freeing the loaded trace object by object at exit
 _read: list = []      # what run() read, kept past its return for that (freeing it took 0.3 s)
@@ -51,11 +53,9 @@ def run(args) -> int:
     try:
         t = read_trace(args.trace)
     except sqlite3.DatabaseError as e:   # a store damaged after it was written
-        print(f"rldbg report: {args.trace!r}: damaged store ({e})", file=sys.stderr)
-        return 2
+        return fail(f"rldbg report: {args.trace!r}: damaged store ({e})", 2)
     except TraceFileError as e:
-        print(f"rldbg report: {e}", file=sys.stderr)
-        return 2
+        return fail(f"rldbg report: {e}", 2)
     _read.append(t)
     notes, lost = t.notes, recorded_losses(t)
     if not args.json:
@@ -70,8 +70,7 @@ def run(args) -> int:
     try:
         result = analysis(t)
     except TraceFileError as e:
-        print(f"rldbg report: {e}", file=sys.stderr)
-        return 2
+        return fail(f"rldbg report: {e}", 2)
     if args.json:
         print(json.dumps(dict(result, damage=notes, losses=lost), indent=1))
     else:
@@ -81,7 +80,6 @@ def run(args) -> int:
         try:
             n = write_html(args.trace, args.html, (result, t))
         except OSError as e:
-            print(f"rldbg report: cannot write {args.html}: {e.strerror}", file=sys.stderr)
-            return 2
+            return fail(f"rldbg report: cannot write {args.html}: {e.strerror}", 2)
         print(f"html report with {n} chart(s): {args.html}", file=sys.stderr if args.json else sys.stdout)
     return DAMAGED_RC if notes else 0

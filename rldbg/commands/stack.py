@@ -3,8 +3,8 @@ identical stacks grouped ("2 ranks (actor rank 0, 2) in ..."), the odd ones out 
 from __future__ import annotations
 
 import json
-import sys
 
+from rldbg.commands import fail
 from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
 from rldbg.profilers import stacks, targets
 
@@ -22,13 +22,11 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     if args.rank is not None and args.rank < 0:
-        print(f"rldbg stack: bad --rank {args.rank}: expected a rank >= 0", file=sys.stderr)
-        return 2
+        return fail(f"rldbg stack: bad --rank {args.rank}: expected a rank >= 0", 2)
     dash = cli_dashboard(args.address, "rldbg stack")
     found, why = targets.find_or_explain(dash, args.role, args.rank, args.run)
     if why:
-        print(f"rldbg stack: {why}", file=sys.stderr)
-        return 1
+        return fail(f"rldbg stack: {why}", 1)
     results = stacks.fetch(found, dash, native=args.native, via=args.via)
     groups, failed = stacks.group(results)
     explained = stacks.explain(results)

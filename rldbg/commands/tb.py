@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
+from rldbg.commands import fail
 from rldbg.profilers import tensorboard as tb
 from rldbg.profilers.spec import ProfileSpecError, from_env
 
@@ -29,7 +29,7 @@ def _default_logdir() -> str:
 def run(args) -> int:
     logdir = args.logdir or _default_logdir()
     # SIGTERM (kill, timeout, a test's terminate()) must take TensorBoard down too, not orphan it.
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)   # raises KeyboardInterrupt
     proc = None
     try:
         traces, scalars = tb.check_logdir(logdir)
@@ -42,15 +42,10 @@ def run(args) -> int:
             print(f"trainer metrics ({len(scalars)} event file(s)): {base}/#timeseries", flush=True)
         return proc.wait()
     except tb.TensorBoardError as e:
-        print(f"rldbg tb: {e}", file=sys.stderr)
-        return 1
+        return fail(f"rldbg tb: {e}", 1)
     except KeyboardInterrupt:
         return 0
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=30)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+from rldbg.commands import fail
+
 
 def add_arguments(parser) -> None:
     from rldbg.control.discovery import ADDRESS_HELP
@@ -29,11 +31,9 @@ def run(args) -> int:
     from rldbg.tui.data import LiveSource
 
     if not 0.05 <= args.refresh <= 60:
-        print(f"rldbg top: --refresh {args.refresh} must be between 0.05 and 60 seconds", file=sys.stderr)
-        return 2
+        return fail(f"rldbg top: --refresh {args.refresh} must be between 0.05 and 60 seconds", 2)
     if not 1 <= args.wait <= 3600:
-        print(f"rldbg top: --wait {args.wait} must be between 1 and 3600 seconds", file=sys.stderr)
-        return 2
+        return fail(f"rldbg top: --wait {args.wait} must be between 1 and 3600 seconds", 2)
     from rldbg.control.discovery import RunChoiceError, resolve_dashboard
     try:
         address, origin = resolve_dashboard(args.address, args.job)
@@ -44,8 +44,7 @@ def run(args) -> int:
         if args.job is None:
             source.job = pick_run(source, interactive=not args.once and sys.stdin.isatty())
     except (DashboardError, RunChoiceError) as e:
-        print(f"rldbg top: {e}", file=sys.stderr)
-        return 2
+        return fail(f"rldbg top: {e}", 2)
     if args.once:
         return once(source)
     from rldbg.tui.app import TopApp

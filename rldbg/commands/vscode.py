@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import sysconfig
 from pathlib import Path
 
+from rldbg.commands import fail
 from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
 from rldbg.debug.registry import listening_workers
 from rldbg.debug.specs import parse_ranks
@@ -70,9 +70,7 @@ def update_launch(path: Path, entries: list[dict], compound: dict | None = None,
             raise ValueError(f"{path} has no 'configurations' list; fix or move it, then rerun")
     def generated(c) -> bool:
         name = str(c.get("name", "")) if isinstance(c, dict) else ""
-        if role is not None:
-            return name.startswith(f"rldbg: {role} ")
-        return bool(_GENERATED.match(name))
+        return name.startswith(f"rldbg: {role} ") if role is not None else bool(_GENERATED.match(name))
 
     data["configurations"] = [c for c in data.get("configurations", []) if not generated(c)] + entries
     if compound is not None or "compounds" in data:
@@ -100,8 +98,7 @@ def _listening_entries(role: str, ranks, ray_address, dashboard) -> tuple[list, 
 
 def run(args) -> int:
     if args.ranks and not args.attach_role:
-        print("rldbg vscode: --ranks needs --attach-role ROLE", file=sys.stderr)
-        return 2
+        return fail("rldbg vscode: --ranks needs --attach-role ROLE", 2)
     path = Path(args.output)
     try:
         if args.attach_role:
@@ -111,15 +108,13 @@ def run(args) -> int:
         else:
             paused = list_paused(cli_dashboard(args.address, "rldbg vscode"))
             if not paused:
-                print("rldbg vscode: no paused workers; nothing written", file=sys.stderr)
-                return 1
+                return fail("rldbg vscode: no paused workers; nothing written", 1)
             entries = [attach_entry(f"rldbg: {p.label}", p.host, p.port, p.cwd) for p in paused]
             compound, how = None, "pick the entry under Run and Debug"
             shown = [f"rldbg: {p.label} -> {p.address}" for p in paused]
         update_launch(path, entries, compound, role=args.attach_role)
     except (ValueError, OSError) as e:
-        print(f"rldbg vscode: {e}", file=sys.stderr)
-        return 1
+        return fail(f"rldbg vscode: {e}", 1)
     print("\n".join(shown))
     print(f"wrote {path}; in VS Code {how} (debugpy has no authentication: keep these ports on loopback)")
     return 0

@@ -85,9 +85,8 @@ def read_hub_files() -> list[dict]:
             continue
         info.setdefault("run", run_id(info["job_id"], info.get("pid", 0)))
         info["file"], info["mtime"] = str(p), mtime
-        if not alive(info):
-            continue
-        out.append(info)
+        if alive(info):
+            out.append(info)
     return sorted(out, key=lambda i: i["mtime"])
 
 
@@ -109,8 +108,7 @@ def ray_session_dashboard(session_dir: str = RAY_SESSION_LATEST) -> str | None:
     with (contextlib.suppress(OSError),
           open(os.path.join(session_dir, "logs", "dashboard.log"), encoding="utf-8", errors="replace") as f):
         for line in f:
-            m = re.search(r"Dashboard head http address: (\S+)", line)
-            if m:
+            if m := re.search(r"Dashboard head http address: (\S+)", line):
                 return "http://" + m.group(1)
     return None
 
@@ -144,8 +142,7 @@ def resolve_dashboard(address: str | None = None, job: str | None = None) -> tup
     if len(dashboards) > 1:
         raise RunChoiceError(f"{len(runs)} runs on this machine use different Ray clusters: {describe(runs)}; "
                              "pick one with --job RUN or --address URL")
-    found = ray_session_dashboard()
-    if found:
+    if found := ray_session_dashboard():
         return resolve_address(found), f"the newest Ray session ({os.path.realpath(RAY_SESSION_LATEST)})"
     return DEFAULT_ADDRESS, "the default address"
 

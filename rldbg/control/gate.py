@@ -105,9 +105,8 @@ class DriverGate:
             except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
                 continue
             except Exception as e:
-                if self._stop.is_set():
-                    return
-                self._give_up(f"hub gone ({type(e).__name__})")
+                if not self._stop.is_set():
+                    self._give_up(f"hub gone ({type(e).__name__})")
                 return
 
     def close(self) -> None:

@@ -194,14 +194,12 @@ def check_method_entry(role: str, rank: int, method: str, step: int | None = Non
 
 # --- post-mortem --------------------------------------------------------------
 def post_mortem(exc: BaseException) -> bool:
-    """Pause on `exc` (inside its except block) for a debugger to attach; the client
-    sees the raising frame. Returns True if it paused. With RAY_DEBUG_POST_MORTEM=1
-    Ray pauses by itself once the exception leaves the task, so rldbg leaves it to
-    Ray rather than pausing twice; RLDBG_POST_MORTEM=1 pauses here, with role, rank
-    and method recorded."""
-    if os.environ.get(POST_MORTEM_ENV) != "1" or os.environ.get(RAY_POST_MORTEM) == "1":
-        return False
-    if debugpy_port.ray_worker() is None:
+    """Pause on `exc` (inside its except block) for a debugger; the client sees the
+    raising frame. True if it paused. With RAY_DEBUG_POST_MORTEM=1 Ray pauses once
+    the exception leaves the task, so rldbg leaves it to Ray (no double pause);
+    RLDBG_POST_MORTEM=1 pauses here, recording role, rank and method."""
+    if (os.environ.get(POST_MORTEM_ENV) != "1" or os.environ.get(RAY_POST_MORTEM) == "1"
+            or debugpy_port.ray_worker() is None):
         return False
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:

@@ -178,10 +178,7 @@ class DAPClient:
         deadline = time.monotonic() + timeout
         held = []
         try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
+            while (left := deadline - time.monotonic()) > 0:
                 try:
                     ev = self.events.get(timeout=left)
                 except queue.Empty:
@@ -206,8 +203,7 @@ class DAPClient:
 
     # --- inspection ------------------------------------------------------
     def set_breakpoints(self, path: str, lines) -> list[dict]:
-        """Replace the breakpoints of one file. `lines`: ints, or dicts {line, condition}. An empty
-        list clears the file."""
+        """Replace one file's breakpoints; `lines`: ints or {line, condition} dicts ([]: none)."""
         bps = [{"line": int(n["line"]), **({"condition": n["condition"]} if n.get("condition") else {})}
                if isinstance(n, dict) else {"line": int(n)} for n in lines]
         body = self.request("setBreakpoints", {"source": {"path": str(path)}, "breakpoints": bps})

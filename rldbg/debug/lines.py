@@ -79,15 +79,11 @@ def resolve(path: str, line: int, shown: str | None = None) -> Resolved:
     what = _idle_kind(path, line)
     if fn is not None:
         later = [n for n in info.runs if line < n <= fn.end]
-        if later:
-            target = min(later)
-            return Resolved(target, f"{where}:{line} is {what} in {fn.name} and runs nothing: "
-                                    f"breaking at {target}, the next line that runs")
         earlier = [n for n in info.runs if fn.body <= n < line]
-        if earlier:
-            target = max(earlier)
+        if later or earlier:
+            target, which = (min(later), "the next line") if later else (max(earlier), "the line before it")
             return Resolved(target, f"{where}:{line} is {what} in {fn.name} and runs nothing: "
-                                    f"breaking at {target}, the line before it that runs")
+                                    f"breaking at {target}, {which} that runs")
     candidates = [n for n in info.runs if n not in info.headers] or sorted(info.runs)
     if not candidates:
         raise BreakLineError(f"{where} has no line that runs")

@@ -10,9 +10,9 @@ import time
 from dataclasses import asdict, dataclass
 
 from rldbg.dashboard import Dashboard
-from rldbg.debug.registry import identify, identities_or_empty
+from rldbg.debug.registry import ListeningWorker, identify, identities_or_empty
 from rldbg.debug.specs import role_matches
-from rldbg.profilers.targets import is_local
+from rldbg.profilers.targets import Target, is_local
 
 
 @dataclass
@@ -31,13 +31,8 @@ class PausedWorker:
     paused_threads: int
     cwd: str | None = None
 
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.role} rank {self.rank}" if self.rank is not None else f"{self.role} pid {self.pid}"
+    address = ListeningWorker.address   # "host:port"
+    label = Target.label                # "role rank R", or "role pid P" without a rank
 
     def to_dict(self) -> dict:
         return {**asdict(self), "address": self.address}
@@ -126,7 +121,9 @@ def resolve_target(target: str | None, dash_factory) -> tuple[str, int, PausedWo
         host, sep, tail = target.rpartition(":")
         if not sep or not host:
             raise TargetError(f"bad target {target!r}: expected {TARGET_FORM}")
-        if _is_address(host):
+        # Role names never contain dots, so an IP, [IPv6], localhost or a dotted host
+        # name is an address; a bare word is a role.
+        if host == "localhost" or host.startswith("[") or "." in host:
             if not tail.isdigit() or not 0 < int(tail) < 65536:
                 raise TargetError(f"bad target {target!r}: {tail!r} is not a port (1-65535); expected {TARGET_FORM}")
             return host.strip("[]"), int(tail), None
@@ -147,9 +144,3 @@ def resolve_target(target: str | None, dash_factory) -> tuple[str, int, PausedWo
         raise TargetError(f"{len(paused)} workers are paused; pick one: {listing}")
     p = paused[0]
     return p.host, int(p.port), p
-
-
-def _is_address(host: str) -> bool:
-    # Role names never contain dots, so an IP, [IPv6], localhost or a dotted host
-    # name is an address; a bare word is a role.
-    return host == "localhost" or host.startswith("[") or "." in host

@@ -54,8 +54,7 @@ class ListeningWorker:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ListeningWorker":
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        return cls(**known)
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
     def to_remote(self, path: str, local_root: str | None = None) -> str:
         """Translate a local source path to the worker's view: files under the local
@@ -135,8 +134,7 @@ def resolve_gcs_address(address: str | None = None, dashboard: str | None = None
     if dashboard:
         from urllib.parse import urlparse
         netloc = urlparse(dashboard if "://" in dashboard else "http://" + dashboard).netloc
-        found = _webui_to_gcs().get(netloc)
-        if found:
+        if found := _webui_to_gcs().get(netloc):
             return found
     from ray._private.services import find_bootstrap_address, find_gcs_addresses
     addrs = sorted(find_gcs_addresses())

@@ -38,11 +38,8 @@ class Spec:
 
     @property
     def text(self) -> str:
-        parts = []
-        if self.ranks is not None:
-            parts.append("rank=" + "|".join(str(r) for r in sorted(self.ranks)))
-        if self.steps is not None:
-            parts.append("step=" + "|".join(str(s) for s in sorted(self.steps)))
+        parts = [f"{key}=" + "|".join(str(n) for n in sorted(nums))
+                 for key, nums in (("rank", self.ranks), ("step", self.steps)) if nums is not None]
         if self.when:
             parts.append("when=" + self.when)
         return f"{self.role}.{self.method}" + ("@" + ",".join(parts) if parts else "")

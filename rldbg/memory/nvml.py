@@ -76,8 +76,7 @@ def gpus() -> list[Gpu]:
     nv = _nvml()
     if nv is None:
         return []
-    cached = _state["gpus"]
-    if cached is not None:
+    if (cached := _state["gpus"]) is not None:
         return cached
     try:
         handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]

@@ -97,8 +97,7 @@ def parse_dump_text(text: str) -> list[Thread]:
     """`py-spy dump` text (as the dashboard returns it) -> threads."""
     threads: list[Thread] = []
     for line in text.splitlines():
-        m = _THREAD.match(line)
-        if m:
+        if m := _THREAD.match(line):
             tid = m.group("tid")
             threads.append(Thread(m.group("name") or "", int(tid, 16) if tid.startswith("0x") else int(tid),
                                   "active" in m.group("state"), []))

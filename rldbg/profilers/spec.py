@@ -44,8 +44,7 @@ class ProfileSpec:
     def to_env(self) -> str:
         parts = [f"dir={self.dir}", f"run={self.run}"]
         for key in ("roles", "ranks", "steps", "methods"):
-            values = getattr(self, key)
-            if values:
+            if values := getattr(self, key):
                 parts.append(f"{key}=" + ",".join(str(v) for v in sorted(values)))
         return ";".join(parts)
 

@@ -249,6 +249,4 @@ def explain(results) -> list[str]:
 def _doing(s: RankState) -> str:
     if s.kind == "wait":
         return f"{s.what} in {s.where}"
-    if s.kind == "between":
-        return "idle between calls"
-    return f"running in {s.where}"
+    return "idle between calls" if s.kind == "between" else f"running in {s.where}"

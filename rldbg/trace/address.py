@@ -41,8 +41,7 @@ def find_all() -> dict:
     out = {}
     for key in internal_kv._internal_kv_list(NAME_PREFIX, namespace=NAMESPACE) or ():
         name = key.decode() if isinstance(key, bytes) else key
-        entry = _entry(internal_kv._internal_kv_get(name, namespace=NAMESPACE))
-        if entry is not None:
+        if (entry := _entry(internal_kv._internal_kv_get(name, namespace=NAMESPACE))) is not None:
             out[name] = entry
     return out
 

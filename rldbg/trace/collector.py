@@ -116,8 +116,7 @@ class Collector:
 
     @_locked
     def dump(self, reason: str = "manual", detail: dict | None = None, step=None) -> dict:
-        """Open a flight-recorder dump (rldbg.trace.flight); its status, or an error when the trace
-        keeps no window."""
+        """Open a flight-recorder dump; its status. ValueError when the trace keeps no window."""
         if self.dumps is None:
             raise ValueError("this trace records every step to its spill (no trace.window): there is no window "
                              "to dump; `rldbg export --address auto` writes what it has so far")

@@ -88,6 +88,4 @@ def to_dict(ev) -> dict:
 
 def moves(args: dict | None) -> tuple[tuple, tuple]:
     """(frees, loads) a transition's args declare; ((), ()) when it declares nothing."""
-    if not args:
-        return (), ()
-    return tuple(args.get(FREES) or ()), tuple(args.get(LOADS) or ())
+    return (tuple(args.get(FREES) or ()), tuple(args.get(LOADS) or ())) if args else ((), ())

@@ -27,10 +27,6 @@ LIVE_S = 10.0     # a process heard from within this long is expected to answer 
 REASONS = ("nonfinite", "hang", "rank_died", "exception", "SIGTERM", "SIGINT", "manual")
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_]+", "_", str(text)).strip("_")[:40] or "trigger"
-
-
 class Dump:
     def __init__(self, did: int, reason: str, step, detail: dict, path: str, spill: str):
         self.id, self.reason, self.step, self.detail = did, reason, step, detail
@@ -69,7 +65,8 @@ class Dumps:
         if last is not None and time.monotonic() - last.t0 < RATE_S:
             last.coalesced += 1
             return dict(last.status(), rate_limited=True)
-        name = f"flight-{step if step is not None else 'x'}-{_slug(reason)}"
+        slug = re.sub(r"[^A-Za-z0-9_]+", "_", str(reason)).strip("_")[:40] or "trigger"
+        name = f"flight-{step if step is not None else 'x'}-{slug}"
         path = os.path.join(self.run_dir, name + ".json.gz")
         n = 1
         while os.path.exists(path) or any(d.path == path for d in self.all):

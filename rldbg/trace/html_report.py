@@ -42,16 +42,15 @@ def _thin(points: list, n: int = MAX_POINTS) -> list:
 
 def _step_role_time(t: Trace) -> tuple[list, dict, list]:
     """(step labels, {role: [busy s per step]}, [controller idle s per step])."""
-    roles = sorted({c["role"] for c in t.calls})
     by_role = defaultdict(list)
     for c in t.calls:
         by_role[c["role"]].append((c["ts"], c["end"]))
-    covers = {r: Cover(by_role[r]) for r in roles}
+    covers = {r: Cover(iv) for r, iv in sorted(by_role.items())}
     drv = Cover([(d["ts"], d["end"]) for d in t.driver_calls])
-    labels, busy, idle = [], {r: [] for r in roles}, []
+    labels, busy, idle = [], {r: [] for r in covers}, []
     for s in sorted(t.steps, key=lambda s: s["ts"]):
         labels.append(str(s["step"] if s["step"] is not None else len(labels)))
-        for r in roles:
+        for r in covers:
             busy[r].append(covers[r].within(s["ts"], s["end"]) / 1e9)
         idle.append((s["dur"] - drv.within(s["ts"], s["end"])) / 1e9)
     return labels, busy, idle

@@ -111,8 +111,7 @@ def _connect(origin_ns: int | None = None):
         import ray
         if not ray.is_initialized():
             return None
-        entry = address.find(ray.get_runtime_context().get_job_id())
-        if entry is None:
+        if (entry := address.find(ray.get_runtime_context().get_job_id())) is None:
             return None
         if origin_ns is not None and entry.get("origin_ns") != origin_ns:
             return OTHER_SESSION
@@ -142,8 +141,7 @@ def lookup(force: bool = False, session: int = 0) -> bool:
     if STATE.looked_up and not force and now - STATE.last_lookup < recheck_s:
         return False
     STATE.looked_up, STATE.last_lookup = True, now
-    link = _connect()
-    if link is None:
+    if (link := _connect()) is None:
         return False
     attach(link, link.config)
     return True

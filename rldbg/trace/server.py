@@ -69,8 +69,7 @@ class CollectorServer:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.settimeout(HELLO_TIMEOUT_S)
-            got = wire.receive(conn, first=True)
-            if got is None:
+            if (got := wire.receive(conn, first=True)) is None:
                 return
             head = got[0]
             if not (isinstance(head, list) and len(head) == 2 and head[0] == "hello" and isinstance(head[1], str)

@@ -25,7 +25,9 @@ from rldbg.trace.server import CollectorServer, LocalLink
 
 _session: dict = {}
 _last_losses: dict | None = None
+_last_dumps: list = []
 MAX_SETTLE_S = 60.0   # stop() waits at most this long for processes still draining their buffers
+DUMP_WAIT_S = 20.0
 
 
 def spill_dir_for(path: str) -> str:
@@ -144,9 +146,6 @@ def _hook_excepthook() -> None:
     sys.excepthook = hook
 
 
-DUMP_WAIT_S = 20.0
-
-
 def stop(export: bool = True, settle_s: float = 3.0, reason: str | None = None, **detail) -> str | None:
     """Flush everything, close the collector and write the trace file. Returns its path;
     last_losses() then says what the trace lost (and loss_line() in one line). With the flight
@@ -207,9 +206,6 @@ def stop(export: bool = True, settle_s: float = 3.0, reason: str | None = None, 
     from rldbg.trace.export import export_spill
     export_spill(spill, path, extra=_torch_traces(profile_dir))
     return path
-
-
-_last_dumps: list = []
 
 
 def last_dumps() -> list:

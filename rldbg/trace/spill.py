@@ -73,12 +73,10 @@ def event_files(spill_dir: str) -> list[str]:
     """The spill's event files in write order. A spill holding only the old JSON-lines files
     (written by an rldbg before the binary format) is a SpillError naming the format."""
     files = _files(spill_dir, EXT)
-    if not files:
-        old = _files(spill_dir, OLD_EXT)
-        if old:
-            raise SpillError(f"{spill_dir!r} is a spill in the old JSON-lines format ({os.path.basename(old[0])}, "
-                             f"written by an older rldbg); this rldbg reads only binary spills (events-N{EXT}): "
-                             f"export it with the rldbg that wrote it")
+    if not files and (old := _files(spill_dir, OLD_EXT)):
+        raise SpillError(f"{spill_dir!r} is a spill in the old JSON-lines format ({os.path.basename(old[0])}, "
+                         f"written by an older rldbg); this rldbg reads only binary spills (events-N{EXT}): "
+                         f"export it with the rldbg that wrote it")
     return files
 
 

@@ -110,8 +110,7 @@ class TopApp(App):
 
     def _call(self, fn, *args, **kw) -> bool:
         """Run fn on the UI thread. call_later posts a message: thread-safe, and it never blocks
-        the poster, so a poll thread can't hang on an app that is closing (call_from_thread would
-        wait forever)."""
+        the poster: a poll thread can't hang on a closing app (call_from_thread waits forever)."""
         return not self._stop.is_set() and self.call_later(fn, *args, **kw)
 
     @work(thread=True, group="action")

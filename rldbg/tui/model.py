@@ -29,9 +29,7 @@ def marker_of(args: dict | None) -> str:
     """One letter per transition for the memory view, from what it declares it moves:
     O frees memory, R loads it, W does both (a swap, e.g. a weight sync), · declares nothing."""
     frees, loads = moves(args)
-    if frees and loads:
-        return "W"
-    return "O" if frees else "R" if loads else "·"
+    return "W" if frees and loads else "O" if frees else "R" if loads else "·"
 
 
 def mem_value(args: dict) -> int | None:

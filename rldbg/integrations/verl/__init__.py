@@ -37,8 +37,8 @@ def install(check: bool = True) -> None:
                      ("verl.single_controller.base.worker_group", driver.patch_worker_group_module),
                      ("verl.single_controller.ray.base", driver.patch_ray_module),
                      ("verl.trainer.ppo.ray_trainer", steps.patch_trainer_module),
-                     ("verl.utils.fsdp_utils", transitions.patch_fsdp),
-                     ("verl.utils.megatron_utils", transitions.patch_megatron),
+                     ("verl.utils.fsdp_utils", lambda mod: transitions.patch_helpers(mod, transitions.FSDP)),
+                     ("verl.utils.megatron_utils", lambda mod: transitions.patch_helpers(mod, transitions.MEGATRON)),
                      ("verl.workers.rollout.base", transitions.patch_rollout_base),
                      *[(name, transitions.patch_server) for name in transitions.SERVERS]]:
         when_imported(name, _guarded(fn))

@@ -28,6 +28,7 @@ class _Calls(threading.local):
 
 
 _calls = _Calls()
+_pending: list = []
 
 
 def raw_class(cls):
@@ -190,9 +191,6 @@ class _Pending:
             instrument.call_collected(self.call, None)
         finally:
             self.finished.set()
-
-
-_pending: list = []
 
 
 def _close_when_ready(call, out) -> None:

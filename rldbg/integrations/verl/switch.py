@@ -22,6 +22,11 @@ from rldbg.integrations.verl.steps import STEPS
 from rldbg.switches import TRACE, TRACE_STEPS, TRACE_WINDOW, VERL
 
 ACCEPTED = "a file path ending in .json or .json.gz ({pid} may appear in it)"
+HUB_STOP_BOUND_S = 15.0
+
+_started: list = []
+_terminating: list = []
+_started_hub: list = []
 
 
 class SwitchError(SystemExit):
@@ -97,9 +102,6 @@ def _is_driver(ray) -> bool:
         return False
 
 
-_started: list = []
-
-
 def start(path: str | None) -> None:
     import rldbg.trace
 
@@ -114,9 +116,6 @@ def start(path: str | None) -> None:
             signal.signal(signal.SIGTERM, _on_sigterm)
         except (ValueError, OSError):   # not where signals can be handled: the trace is written at exit
             pass
-
-
-_terminating: list = []
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -158,10 +157,6 @@ def _start_hub() -> None:
         return
     print(f"rldbg: control hub at {info['url']}; watch with `rldbg top --job {info['run']}`", file=sys.stderr)
     _started_hub.append(True)
-
-
-_started_hub: list = []
-HUB_STOP_BOUND_S = 15.0
 
 
 def _stop_hub(bound_s: float | None = None) -> None:

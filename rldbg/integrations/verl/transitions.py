@@ -43,6 +43,7 @@ TAGS = {"weights": "rollout_weights", "kv_cache": "kv_cache"}
 BOTH = ("rollout_weights", "kv_cache")
 
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("rldbg_verl_rollout", default=False)
+_named = [False]
 
 
 @contextlib.contextmanager
@@ -56,14 +57,6 @@ def patch_helpers(mod, table: dict) -> None:
         fn = getattr(mod, name, None)
         if callable(fn):
             setattr(mod, name, around(fn, lambda args, kwargs, n=name, d=declared: _span(n, d)))
-
-
-def patch_fsdp(mod) -> None:
-    patch_helpers(mod, FSDP)
-
-
-def patch_megatron(mod) -> None:
-    patch_helpers(mod, MEGATRON)
 
 
 def _wake(args, kwargs) -> dict:
@@ -130,9 +123,6 @@ def patch_rollout_base(mod) -> None:
         return
     wrap_every_subclass(base, lambda cls: wrap_methods(cls, ADAPTER))
     setattr(base, MARK, True)
-
-
-_named = [False]
 
 
 def name_server(server) -> None:

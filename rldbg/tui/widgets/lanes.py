@@ -16,8 +16,7 @@ class LaneScroller(LineView):
     def header(self, view, width: int) -> list:
         return []
 
-    def footer(self, view, width: int) -> list:
-        return []
+    footer = header   # none by default either
 
     def lane_keys(self, view) -> list:
         raise NotImplementedError

@@ -47,8 +47,7 @@ def sparkline(points: list, marks: list, cols: int, indent: int = 0) -> tuple[Li
     for ts, letter, _name in marks:
         if t0 <= ts <= t1:
             # Transitions cluster (a mode switch is several in a few ms): nudge right rather than hide one.
-            c0 = min(int((ts - t0) * scale), top)
-            c = c0
+            c = c0 = min(int((ts - t0) * scale), top)
             while c < top and under[c] != " " and c - c0 < 3:
                 c += 1
             under[c] = letter

@@ -90,6 +90,4 @@ class LineView(Widget, can_focus=True):
         if self._strips is None or self._built_for != (width, height):
             self._strips = [line.strip(width) for line in self.build(max(width, 20), max(height, 3))[:height]]
             self._built_for = (width, height)
-        if y < len(self._strips):
-            return self._strips[y]
-        return Strip.blank(width)
+        return self._strips[y] if y < len(self._strips) else Strip.blank(width)

@@ -102,8 +102,7 @@ class LineTable(LineView):
         self.cursor_row = max(self.cursor_row, low) if by > 0 else min(self.cursor_row, high)
         self.redraw()
 
-    def on_focus(self) -> None:
+    def on_focus(self) -> None:   # the cursor's colour says whether the table has focus
         self.redraw()
 
-    def on_blur(self) -> None:
-        self.redraw()
+    on_blur = on_focus

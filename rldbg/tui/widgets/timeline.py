@@ -106,8 +106,7 @@ class TimelineView(LaneScroller):
     def footer(self, view, width: int) -> list:
         legend = Line()
         for n in view.methods:
-            legend.add("■ ", colour(n))
-            legend.add(n + "  ")
+            legend.add("■ ", colour(n)).add(n + "  ")
         legend.add("(▄ transitions)", "dim")
         return [legend]
 
