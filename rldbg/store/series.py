@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import orjson
 
@@ -21,9 +22,9 @@ from rldbg.store.schema import raw_args
 from rldbg.trace.report_trace import finite_number
 
 _GPU_COUNTER = re.compile(r"^(gpu\d+) memory$")
-_FLOAT_MAX = 1.7976931348623157e308
+_FLOAT_MAX = sys.float_info.max   # finite_number()'s bound, checked over all samples at once
 CATS = ("memory", "ledger", "gpu")   # the counters' categories kept as series (ph "C")
-_KINDS = "SELECT id, proc, cat, name, role, rank FROM kinds WHERE ph = 'C' AND cat IN ('memory', 'ledger', 'gpu')"
+_KINDS = f"SELECT id, proc, cat, name, role, rank FROM kinds WHERE ph = 'C' AND cat IN {CATS}"
 _NODES = "SELECT t.role, t.rank, p.node_id FROM tracks t JOIN processes p ON p.id = t.proc WHERE p.node_id IS NOT NULL"
 
 
