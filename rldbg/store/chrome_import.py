@@ -25,11 +25,10 @@ import orjson
 
 from rldbg.store import TraceFileError, no_gc, schema, series
 from rldbg.store.ingest import EventWriter
-from rldbg.store.queries import KEPT_INSTANTS
+from rldbg.store.queries import KEPT_INSTANTS, SLICE_CATS
 from rldbg.trace.chrome_text import args_json
 from rldbg.trace.report_trace import bad_field, finite_number
 
-_KEPT_SLICES = ("call", "transition", "step", "driver_call")
 _RANK_COUNTER = re.compile(r"^rank (\d+) (memory|ledger|gpu\d+ memory)$")
 _DROPPED = "rldbg dropped events"   # the exporter's counter of events dropped before shipping
 TRACE_START = "rldbg trace start"
@@ -247,7 +246,7 @@ def _slices(events, names: dict, odd: dict) -> list:
     rows = []
     for e in events:
         cat = e.get("cat")
-        if type(cat) is not str or cat not in _KEPT_SLICES:
+        if type(cat) is not str or cat not in SLICE_CATS:
             continue   # user spans and the like: not part of the analysis
         a = e.get("args") or {}
         if cat == "driver_call" and "mode" not in a:

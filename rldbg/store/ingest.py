@@ -15,9 +15,10 @@ from __future__ import annotations
 import sqlite3
 from operator import itemgetter
 
-from rldbg.store import no_gc, schema, series
+from rldbg.store import no_gc, queries, schema, series
 from rldbg.store.tracks import Tracks, process_key
 from rldbg.trace.chrome_text import args_json
+from rldbg.trace.report_trace import bad_field
 from rldbg.trace.spill import iter_records, read_meta
 
 _BATCH = 50_000
@@ -55,17 +56,21 @@ def _kind_key(evs) -> itemgetter:
 
 
 class EventWriter:
-    """Events into the store's kinds and events tables, a batch at a time (rldbg.store.schema), and
-    the counter samples kept as series into .samples as they pass (rldbg.store.series)."""
+    """Events into the store's kinds and events tables, a batch at a time (rldbg.store.schema), the
+    counter samples kept as series into .samples as they pass (rldbg.store.series), and the events
+    the report reads into report_rows, less the slices with a field of a type rldbg never writes,
+    counted by field in .odd (rldbg.trace.report_trace.bad_field)."""
 
     def __init__(self, conn: sqlite3.Connection):
         self.conn, self.rows, self.kinds, self.written = conn, [], [], 0
         self.ids: dict = {}   # proc -> {kind key: kind id}
         self.samples, self.series_kinds = series.Samples(), set()
+        self.report, self.reported, self.report_written, self.odd = [], {}, 0, {}   # reported: kind id -> its fields
 
     def add(self, proc: int, evs, args_are_text: bool = False) -> None:
         """A process's events (11-field tuples, rldbg.trace.events); their args as JSON text
-        already with args_are_text, else as the producer gave them."""
+        already with args_are_text (rldbg.store.chrome_import, which checks its slices itself),
+        else as the producer gave them."""
         if not evs:
             return
         ids = self.ids.setdefault(proc, {})
@@ -76,6 +81,8 @@ class EventWriter:
                 self.kinds.append((ids[k], proc, *_KIND(ev)))
                 if ev[0] == "C" and type(ev[1]) is str and ev[1] in series.CATS:
                     self.series_kinds.add(ids[k])
+                elif queries.reads(*ev[:3]):
+                    self.reported[ids[k]] = _KIND(ev)
         first = len(self.rows)
         if kind_of is not _KIND or args_are_text:
             self.rows += [(ids[kind_of(ev)], ev[3], ev[4], ev[7], ev[9],
@@ -89,14 +96,40 @@ class EventWriter:
             got = [(r[0], r[1], ev[10]) for r, ev in zip(self.rows[first:], evs) if r[0] in kept]
             if got:
                 self.samples.add(*zip(*got), args_are_text)
+        if self.reported:
+            self._report(self.rows[first:], evs, args_are_text)
         if len(self.rows) >= _BATCH:
             self._flush()
+
+    def _report(self, rows: list, evs, checked: bool) -> None:
+        """The batch's rows the report reads into .report; the spill's slices checked here by the
+        rule in rldbg.trace.report_trace, so that the report reads them without a check."""
+        for row, ev in zip(rows, evs):
+            kind = self.reported.get(row[0])
+            if kind is None:
+                continue
+            ph, cat, name, _, rank, method = kind
+            a = ev[10]
+            if not checked and ph not in ("i", "I"):
+                a = {} if a is None else a if type(a) is dict else {"value": a}   # as the report reads it
+                if cat == "driver_call" and "mode" not in a:
+                    continue   # a driver call's dispatch/send/wait/recv parts
+                why = bad_field({"name": method if ph == "D" else name, "rank": rank, "step": ev[7],
+                                 "method": method, "flow": ev[9], "args": a})
+                if why is not None:
+                    self.odd[why] = self.odd.get(why, 0) + 1
+                    continue
+            self.report.append(row)
 
     def _flush(self) -> None:
         if self.rows:
             _insert(self.conn, "events", "kind, ts, dur, step, flow, args", self.rows, self.written)
             self.written += len(self.rows)
             self.rows = []
+        if self.report:
+            _insert(self.conn, "report_rows", "kind, ts, dur, step, flow, args", self.report, self.report_written)
+            self.report_written += len(self.report)
+            self.report = []
 
     def close(self) -> None:
         self._flush()
@@ -129,6 +162,7 @@ def from_spill(spill_dir: str, db_path: str, damage: list | None = None,
     _controller_tracks(conn, idx, procs)
     _write_index(conn, idx, procs, meta, spill_dir)
     schema.put(conn, "exported_to", exported_to)
+    schema.put(conn, "odd_fields", out.odd)
     series.write(conn, out.samples)
     schema.finish(conn)
     return conn

@@ -1,65 +1,66 @@
 """What the report asks of a store (rldbg.store.schema): the Trace its analyses read
-(rldbg.trace.report_trace): the slices and instants they need in one query over the events, the
-counter series as the store keeps them (rldbg.store.series); the rest of a run's events (user
-spans, marks, a driver call's parts) is never read.
+(rldbg.trace.report_trace): the slices and instants they need from the report's rows (copied
+from the events and checked as the store is written: rldbg.store.ingest), the counter series as
+the store keeps them (rldbg.store.series); the rest of a run's events (user spans, marks, a driver
+call's parts) is never read.
 """
 from __future__ import annotations
 
 import sqlite3
+
+import orjson
 
 from rldbg import sentinel
 from rldbg.store import no_gc, schema, series
 from rldbg.store.schema import raw_args
 from rldbg.trace.events import NUMBERED_AFTER
 from rldbg.trace.flight import TRIGGER
-from rldbg.trace.report_trace import LOSSES, Trace, bad_field, odd_notes
+from rldbg.trace.report_trace import LOSSES, Trace, odd_notes
 from rldbg.trace.window import STACK
 
 STEP_START = "step start"
 KEPT_INSTANTS = (sentinel.EVENT, TRIGGER, STACK, STEP_START, LOSSES)
-_SLICE_CATS = ("call", "transition", "step", "driver_call")
+SLICE_CATS = ("call", "transition", "step", "driver_call")
 
-# The kinds the report reads (rldbg.store.schema) besides the counter series (rldbg.store.series):
-# rldbg's slices and driver calls and the few instants an analysis looks at (a tuple of plain
-# names is written as SQL writes a list).
+# The kinds of the report's rows (rldbg.store.schema; reads() below), read besides the counter
+# series (rldbg.store.series): rldbg's slices and driver calls and the few instants an analysis
+# looks at (a tuple of plain names is written as SQL writes a list).
 _KINDS = f"""SELECT id, proc, ph, cat, name, role, rank, method FROM kinds
-WHERE (ph IN ('X', 'D') AND cat IN {_SLICE_CATS}) OR (ph IN ('i', 'I') AND name IN {KEPT_INSTANTS})"""
-# Their events, in arrival order (each record list keeps it), in one pass over the events.
-_EVENTS = f"SELECT kind, ts, dur, step, flow, args FROM events WHERE kind IN (SELECT id FROM ({_KINDS})) ORDER BY seq"
+WHERE (ph IN ('X', 'D') AND cat IN {SLICE_CATS}) OR (ph IN ('i', 'I') AND name IN {KEPT_INSTANTS})"""
+_ROWS = "SELECT kind, ts, dur, step, flow, args FROM report_rows ORDER BY rowid"   # in arrival order
 _RANKS = """SELECT t.role, t.rank, p.node_id, p.node_ip, p.pid FROM tracks t JOIN processes p ON p.id = t.proc
 WHERE p.node_id IS NOT NULL ORDER BY t.ord"""
+
+
+def reads(ph, cat, name) -> bool:
+    """Whether the report reads the events of a kind (ph, cat, name): _KINDS, for the writer."""
+    return ph in ("X", "D") and cat in SLICE_CATS or ph in ("i", "I") and name in KEPT_INSTANTS
 
 
 def read(conn: sqlite3.Connection, path: str = "") -> Trace:
     """The Trace of the store open on `conn` (`path`: what the report names it by)."""
     t = Trace()
     t.path = path
-    odd = dict(schema.get(conn, "odd_fields") or {})
     # The driver's process has a track per controller: its rank is the track (rldbg.store.tracks).
     ranks = conn.execute(_RANKS).fetchall()
     t.ranks = sorted(({"role": role, "rank": rank, "node": str(node or ""), "ip": str(ip or ""), "pid": pid}
                       for role, rank, node, ip, pid in ranks),
                      key=lambda r: (r["role"] != "driver", r["role"], r["rank"]))
     with no_gc():
-        _events(conn, t, odd)
+        _events(conn, t)
         series.read(conn, t)
     t.start = schema.get(conn, "start") or {}
     t.dropped_total = schema.get(conn, "dropped_total") or 0
-    t.notes = list(schema.get(conn, "notes") or []) + odd_notes(odd, schema.get(conn, "odd_samples") or 0)
+    t.notes = list(schema.get(conn, "notes") or []) + odd_notes(schema.get(conn, "odd_fields") or {},
+                                                                schema.get(conn, "odd_samples") or 0)
     _one_controllers_steps(t)
     _close_open_steps(t)
     _number_after_the_fact(t)
     return t
 
 
-# The args keys bad_field() looks into: a slice without any of them (nearly every one) and with
-# fields of rldbg's types passes without the call.
-_CHECKED_ARGS = frozenset(("mem_before", "mem_after", "frees", "loads"))
-_FLOW_TYPES = (int, str)
-
-
-def _events(conn, t: Trace, odd: dict) -> None:
-    """The Trace's slices and instants from the kinds' events."""
+def _events(conn, t: Trace) -> None:
+    """The Trace's slices and instants from the report's rows (checked when the store was written)."""
     shift = dict(conn.execute("SELECT id, shift FROM processes"))
     slices = {"call": t.calls, "transition": t.transitions, "step": t.steps, "driver_call": t.driver_calls}
     kinds = {}
@@ -68,43 +69,25 @@ def _events(conn, t: Trace, odd: dict) -> None:
             into, name = t.driver_calls, method
         else:
             into = slices[cat] if ph == "X" else t.instants
-        # What bad_field() checks of the kind's own fields, once per kind
-        plain = type(name) is str and type(rank) is int and (method is None or type(method) is str)
-        kinds[kind] = (ph, cat, name, role, rank, method, shift[proc], into, plain)
-    checked = _CHECKED_ARGS.isdisjoint
-    for kind, ts, dur, step, flow, text in conn.execute(_EVENTS):
-        ph, cat, name, role, rank, method, sh, into, plain = kinds[kind]
+        kinds[kind] = (ph in ("i", "I"), name, role, rank, method, shift[proc], into)
+    loads = orjson.loads
+    for kind, ts, dur, step, flow, text in conn.execute(_ROWS):
+        instant, name, role, rank, method, sh, into = kinds[kind]
         ts += sh
-        a = raw_args(text)
+        try:
+            a = None if text is None else loads(text)
+        except orjson.JSONDecodeError:   # NaN, Infinity, an int beyond 64 bits: the stdlib wrote them
+            a = raw_args(text)
         if type(a) is not dict:   # none, or args that are not a map: kept whole, as the export lays them out
             a = {} if a is None else {"value": a}
-        if ph in ("i", "I"):
+        if instant:
             # The layout's role, rank and step win over the instant's own args, as in the export.
             into.append({"name": name, "ts": ts, "role": role, "rank": rank,
                          "args": dict(a, role=role, rank=rank, step=step)})
-            continue
-        if cat == "driver_call" and "mode" not in a:
-            continue   # an imported trace's dispatch/send/wait/recv parts of a driver call
-        rec = {"name": name, "ts": ts, "dur": dur, "end": ts + dur, "role": role, "rank": rank, "step": step,
-               "method": method, "flow": flow, "args": a}
-        if not (plain and (step is None or type(step) is int) and (flow is None or type(flow) in _FLOW_TYPES)
-                and (checked(a) or _plain_args(a))):
-            why = bad_field(rec)
-            if why is not None:
-                odd[why] = odd.get(why, 0) + 1
-                continue
-        into.append(rec)
+        else:
+            into.append({"name": name, "ts": ts, "dur": dur, "end": ts + dur, "role": role, "rank": rank,
+                         "step": step, "method": method, "flow": flow, "args": a})
     t.instants.sort(key=lambda e: e["ts"])   # stable: arrival order among equal times
-
-
-def _plain_args(a: dict) -> bool:
-    """Whether the args bad_field() looks into are as rldbg writes them most often (a call's, a
-    transition's): memory readings as 64-bit ints, moved categories as lists of strings."""
-    mb, ma, frees, loads = a.get("mem_before"), a.get("mem_after"), a.get("frees"), a.get("loads")
-    return ((mb is None or type(mb) is int and abs(mb) < 1 << 63)
-            and (ma is None or type(ma) is int and abs(ma) < 1 << 63)
-            and (frees is None or type(frees) is list and set(map(type, frees)) <= {str})
-            and (loads is None or type(loads) is list and set(map(type, loads)) <= {str}))
 
 
 def _one_controllers_steps(t: Trace) -> None:

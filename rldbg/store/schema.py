@@ -11,6 +11,10 @@ events     one row per event, in arrival order (`seq`): its kind, ts, dur, step,
            is as its process recorded it; the process's `shift` puts it on the trace's clock, in
            ns from the trace's origin. args is the JSON text of the event's args
            (rldbg.trace.chrome_text.args_json: the bytes the Perfetto export writes), NULL for none.
+report_rows the events the report reads (rldbg.store.queries): rldbg's slices and the few instants
+           an analysis looks at, as in events, in arrival order; a slice with a field of a type
+           rldbg never writes is left out and counted in run's "odd_fields" (rldbg.store.ingest).
+           Two in ten of a run's events, read without a scan of the rest nor a check.
 event_rows the view of the two joined: one row per event with all 11 fields (for a person at the
            sqlite3 shell; the readers query the tables).
 processes  one row per process that sent events ("host:pid"): where it ran, its best clock
@@ -26,7 +30,8 @@ run        key -> JSON value: "meta" (the spill's meta.json: origin, job, what w
            import met), "odd_fields", "odd_samples" and "dropped_total".
 
 Readers pick the kinds they need by category or name (a few rows) and read those kinds' events in
-one pass over the events table, in arrival order, without an index to build at ingest.
+one pass over the events table (the export) or report_rows (the report), in arrival order, without
+an index to build at ingest.
 """
 from __future__ import annotations
 
@@ -36,11 +41,12 @@ import sqlite3
 
 import orjson
 
-VERSION = 3
+VERSION = 4
 
 _TABLES = """
 CREATE TABLE kinds (id INTEGER PRIMARY KEY, proc INTEGER, ph TEXT, cat, name, role, rank, method);
 CREATE TABLE events (seq INTEGER PRIMARY KEY, kind INTEGER, ts INTEGER, dur INTEGER, step, flow, args TEXT);
+CREATE TABLE report_rows (kind INTEGER, ts INTEGER, dur INTEGER, step, flow, args TEXT);
 CREATE VIEW event_rows AS SELECT e.seq, k.proc, k.ph, k.cat, k.name, e.ts, e.dur, k.role, k.rank, e.step,
                                  k.method, e.flow, e.args FROM events e JOIN kinds k ON k.id = e.kind;
 CREATE TABLE processes (id INTEGER PRIMARY KEY, key TEXT, pid, host, node_id TEXT, node_ip TEXT,

@@ -6,9 +6,10 @@ instants an analysis looks at as records {name, ts, role, rank, args}, and what 
 about itself (its start record's args, its drop total). Times are ns on the trace's clock, from its origin.
 
 The rule for what the analyses may take for granted in a slice record (the types rldbg writes),
-and for a counter sample (a finite number), is written here once; records that break it are
-left out and counted in the report's damage notes, where before they failed a sort or a sum
-deep inside an analysis.
+and for a counter sample (a finite number), is written here once and applied as a store is
+written (rldbg.store.ingest, rldbg.store.chrome_import, rldbg.store.series): records that break it
+are left out and counted in the report's damage notes rather than failing a sort or a sum deep
+inside an analysis.
 """
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ _RECORD_TYPES = (("name", {str}), ("rank", {int}), ("step", {int, _NONE}), ("met
                  ("flow", {int, str, _NONE}))
 _MEM_ARGS = ("mem_before", "mem_after")   # numbers or null
 _NAME_LISTS = ("frees", "loads")          # rldbg.trace.events.moves(): lists of ledger categories, or null
+_LISTS = (list, tuple)                    # a JSON array, as a spill may hold it too
 _FLOAT_MAX = sys.float_info.max
+INT64 = 1 << 63   # a rank or step beyond 64 bits is none rldbg writes, nor one SQLite holds as a number
 LOSSES = "rldbg trace losses"
 
 
@@ -36,7 +39,8 @@ def finite_number(v) -> bool:
 def bad_field(r: dict) -> str | None:
     """The first field of a slice record that breaks the rule above, or None."""
     for k, ok in _RECORD_TYPES:
-        if type(r[k]) not in ok:
+        v = r[k]
+        if type(v) not in ok or k in ("rank", "step") and type(v) is int and not -INT64 <= v < INT64:
             return k
     a = r["args"]
     for k in _MEM_ARGS:
@@ -45,7 +49,7 @@ def bad_field(r: dict) -> str | None:
             return k
     for k in _NAME_LISTS:
         v = a.get(k)
-        if v is not None and not (type(v) is list and all(type(x) is str for x in v)):
+        if v is not None and not (type(v) in _LISTS and all(type(x) is str for x in v)):
             return k
     return None
 
