@@ -51,13 +51,11 @@ def _idle(windows: list, driver_calls: list) -> dict:
     total = sum(b - a for a, b in windows)
     steps = Cover(windows)
     busy = Cover([(d["ts"], d["end"]) for d in driver_calls]).of(steps)
-    gaps = []
     calls = sorted(driver_calls, key=lambda d: d["ts"])
-    for prev, nxt in zip(calls, calls[1:]):
-        # Only the part of a gap inside steps counts: time between steps is not the trainer's.
-        idle = steps.within(prev["end"], nxt["ts"])
-        if idle:
-            gaps.append({"after": prev["name"], "before": nxt["name"], "step": prev["step"], "idle_s": idle / 1e9})
-    gaps.sort(key=lambda g: -g["idle_s"])
+    # Only the part of a gap inside steps counts: time between steps is not the trainer's.
+    idle = [steps.within(prev["end"], nxt["ts"]) / 1e9 for prev, nxt in zip(calls, calls[1:])]
+    gaps = sorted((k for k, s in enumerate(idle) if s), key=lambda k: -idle[k])   # the gap after call k
     return {"idle_s": (total - busy) / 1e9, "idle_share": (total - busy) / total if total else 0.0,
-            "between_calls_s": sum(g["idle_s"] for g in gaps), "largest_gaps": gaps[:5]}
+            "between_calls_s": sum(idle[k] for k in gaps), "largest_gaps": [
+                {"after": calls[k]["name"], "before": calls[k + 1]["name"], "step": calls[k]["step"], "idle_s": idle[k]}
+                for k in gaps[:5]]}

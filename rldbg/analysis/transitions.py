@@ -39,7 +39,6 @@ MIN_CYCLES = 2
 EDGE_NS = 1_000_000               # an edge sample further than this from the edge is not the edge's
 
 SERIES = ("cuda_allocated", "cuda_reserved", "device_used", "rss")
-_NONE = ((), ())
 
 CAUSES = {
     "returned": "returned to the device",
@@ -54,106 +53,106 @@ CAUSES = {
 }
 
 
-def _change(series: tuple, t0: int, t1: int):
-    """A (times, values) series' change over a transition: the first sample at or after t1 less
-    the last one at or before t0, each taken only within EDGE_NS of its edge; else None."""
+def _changes(series: tuple, t0s, t1s) -> list:
+    """A (times, values) series' change over each transition [t0, t1]: the first sample at or after
+    t1 less the last one at or before t0, each taken only within EDGE_NS of its edge; else None."""
     times, values = series
-    i, j = bisect.bisect_right(times, t0), bisect.bisect_left(times, t1)
-    if i and t0 - times[i - 1] <= EDGE_NS and j < len(times) and times[j] - t1 <= EDGE_NS:
-        return values[j] - values[i - 1]
-    return None
+    out = []
+    for t0, t1 in zip(t0s, t1s):
+        i, j = bisect.bisect_right(times, t0), bisect.bisect_left(times, t1)
+        found = i and t0 - times[i - 1] <= EDGE_NS and j < len(times) and times[j] - t1 <= EDGE_NS
+        out.append(values[j] - values[i - 1] if found else None)
+    return out
 
 
-class _Ledger:
-    """A rank's ledger as transitions see it: what was last reported at an edge, with what an
-    earlier transition left standing in for a report that came only after it."""
-
-    def __init__(self, series: dict):
-        self.series = series          # category -> (times, bytes) sorted by time
-        self.left: dict = {}          # category -> (ts, bytes) a transition left
-
-    def edges(self, cat: str, t0: int, t1: int) -> tuple:
-        """(before, after) a transition over [t0, t1]: what was last reported at t0, and what it
-        left: the last report inside it, else the first one after it (None for none)."""
-        times, values = self.series.get(cat, _NONE)
+def _edges(series: tuple, moving: list, left: tuple | None) -> tuple[dict, tuple | None]:
+    """A ledger category's (before, after) each transition (n, t0, t1, step) moving it, in time order:
+    the last report at t0, and what it left: the last report inside it, else the first one after it
+    (`left`, (ts, bytes): the report before a later transition until a report comes after it);
+    (0, 0) where either is missing. -> ({n: (before, after)}, left)"""
+    times, values = series
+    out = {}
+    for n, t0, t1, _ in moving:
         i, j = bisect.bisect_right(times, t0), bisect.bisect_right(times, t1)
-        left = self.left.get(cat)
         before = left[1] if left is not None and (not i or left[0] >= times[i - 1]) else values[i - 1] if i else None
-        if j and times[j - 1] >= t0:
-            return before, values[j - 1]
-        if j < len(times):
-            self.left[cat] = (t1, values[j])
-            return before, values[j]
-        return before, None
+        inside = j and times[j - 1] >= t0
+        if not inside and j < len(times):   # no report inside it, one after: it leaves that one
+            left = (t1, values[j])
+        after = values[j - 1] if inside else values[j] if j < len(times) else None
+        out[n] = (0, 0) if before is None or after is None else (before, after)
+    return out, left
 
 
-def _cycle(s: dict, mem_series: dict, ledger: _Ledger) -> dict | None:
-    args = s["args"]
-    frees, loads = tuple(args.get(FREES) or ()), tuple(args.get(LOADS) or ())   # moves(), inlined: 10^5 calls
-    if not frees and not loads:
-        return None
-    t0, t1 = s["ts"], s["end"]
-    delta = {name: _change(series, t0, t1) for name, series in mem_series.items()}
-    freed = loaded = 0
-    for cat in dict.fromkeys(frees + loads):
-        b, a = ledger.edges(cat, t0, t1)
-        if b is not None and a is not None:
-            if cat in frees and b > a:
-                freed += b - a
-            if cat in loads and a > b:
-                loaded += a - b
-    gpu, d = "cuda_allocated" in delta, delta.get
-    # The whole GPU's figure first: a transition may put another process to sleep (a rollout
-    # server), whose memory comes back there and not in this process's own.
-    back = d("rss") if not gpu else d("cuda_reserved") if d("device_used") is None else d("device_used")
-    c = {"step": s["step"], "declared": {"frees": list(frees), "loads": list(loads)}, "ledger_freed": freed,
-         "ledger_loaded": loaded, "device": "cuda" if gpu else "cpu", "allocated_delta": d("cuda_allocated"),
-         "reserved_delta": d("cuda_reserved"), "device_delta": d("device_used"), "rss_delta": d("rss"),
-         "returned": None if back is None else -back}
-    c["verdict"] = _verdict(c, frees, gpu)
-    return c
-
-
-def _verdict(c: dict, frees: tuple, gpu: bool) -> str | None:
-    if frees and c["ledger_freed"] >= MIN_JUDGED_BYTES:
-        want, back = c["ledger_freed"], c["returned"]
+def _verdict(frees, gpu: bool, want, loaded, allocated, back) -> str | None:
+    if frees and want >= MIN_JUDGED_BYTES:
         if back is None:
             return None
         if back >= RETURNED_SHARE * want:
             return "returned"
         if not gpu:
             return "rss_kept"
-        if -(c["allocated_delta"] or 0) < RETURNED_SHARE * want:
+        if -(allocated or 0) < RETURNED_SHARE * want:
             return "held"
         # Freed, not returned: below a segment's size the blocks may share their segment with live
         # ones, which no empty_cache() can give back; that is the allocator's doing, not a finding.
         return "cached" if want >= SEGMENT_BYTES else None
-    if c["ledger_loaded"] >= MIN_JUDGED_BYTES and c["returned"] is not None:
-        grew, want = -c["returned"], c["ledger_loaded"]
-        return "more" if grew > want + max(LOAD_MARGIN_BYTES, LOAD_MARGIN_SHARE * want) else "as_declared"
+    if loaded >= MIN_JUDGED_BYTES and back is not None:
+        return "more" if -back > loaded + max(LOAD_MARGIN_BYTES, LOAD_MARGIN_SHARE * loaded) else "as_declared"
     return None
 
 
 def cycles(t) -> dict:
     """(role, rank, transition) -> [cycle dicts] in time order, for every transition of the trace
     `t` (rldbg.trace.report_trace.Trace) that declares frees or loads."""
-    mem_by_rank, ledgers, labels = defaultdict(dict), defaultdict(lambda: _Ledger({})), {}
-    for (role, rank, series), columns in t.mem.items():
-        if series in SERIES:   # the series a cycle reads, and only those
-            mem_by_rank[(role, rank)][series] = columns
-    for (role, rank, cat), columns in t.ledger.items():
-        ledgers[(role, rank)].series[cat] = columns
-    out = defaultdict(list)
-    for s in sorted(t.transitions, key=itemgetter("ts")):
-        key = (s["role"], s["rank"])
-        c = _cycle(s, mem_by_rank.get(key, {}), ledgers[key])
-        if c is not None:
-            # One name may move different things (a wake of the weights, then of the KV cache).
-            d = c["declared"]
-            k = (s["name"], tuple(d["frees"]), tuple(d["loads"]))
-            label = labels.get(k) or labels.setdefault(k, _label(s["name"], d))
-            out[(s["role"], s["rank"], label)].append(c)
-    return dict(out)
+    return {key: [dict(zip(cs, row)) for row in zip(*cs.values())]
+            for key, cs in _kinds(t.transitions, t.mem, t.ledger, {}).items()}
+
+
+def _kinds(transitions: list, mem: dict, ledger: dict, left: dict) -> dict:
+    """cycles() as columns, (role, rank, transition) -> {field: [a value per cycle]}, from slice
+    records and the (role, rank, name) -> (times, values) of memory and ledger; `left` (_edges())
+    by (role, rank, category), updated. Each record read once, then a kind of transition at a time,
+    column by column: a long run has 10^5 transitions, dicts all over memory."""
+    groups, moving, edges, parts = defaultdict(list), defaultdict(list), {}, defaultdict(list)
+    got = sorted(map(itemgetter("ts", "end", "step", "role", "rank", "name", "args"), transitions), key=itemgetter(0))
+    for n, (ts, end, step, role, rank, name, args) in enumerate(got):
+        frees, loads = tuple(args.get(FREES) or ()), tuple(args.get(LOADS) or ())   # moves(), inlined
+        if frees or loads:
+            groups[(role, rank, name, frees, loads)].append((n, ts, end, step))
+    # A category's edges depend on what the transitions moving it before left: those in time order.
+    for (role, rank, _, frees, loads), g in groups.items():
+        for cat in dict.fromkeys(frees + loads):
+            moving[(role, rank, cat)] += g
+    for key, g in moving.items():
+        edges[key], left[key] = _edges(ledger.get(key) or ((), ()), sorted(g, key=itemgetter(0)), left.get(key))
+    for (role, rank, name, frees, loads), g in groups.items():
+        ns, t0, t1, steps = zip(*g)
+        delta = {s: _changes(mem[(role, rank, s)], t0, t1) for s in SERIES if (role, rank, s) in mem}
+        freed = loaded = [0] * len(ns)
+        for cat in dict.fromkeys(frees + loads):
+            at = list(map(edges[(role, rank, cat)].__getitem__, ns))
+            if cat in frees:
+                freed = [f + (b - a) if b > a else f for f, (b, a) in zip(freed, at)]
+            if cat in loads:
+                loaded = [x + (a - b) if a > b else x for x, (b, a) in zip(loaded, at)]
+        gpu, declared = "cuda_allocated" in delta, {"frees": list(frees), "loads": list(loads)}
+        allocated, reserved, device, rss = (delta.get(series) or [None] * len(ns) for series in SERIES)
+        # The whole GPU's figure first: a transition may put another process to sleep (a rollout
+        # server), whose memory comes back there and not in this process's own.
+        back = rss if not gpu else [r if d is None else d for r, d in zip(reserved, device)]
+        back = [None if b is None else -b for b in back]
+        verdicts = [_verdict(frees, gpu, *row) for row in zip(freed, loaded, allocated, back)]
+        # One declared dict for all of a kind's cycles: nothing changes it.
+        cs = dict(zip(_FIELDS, (list(steps), [declared] * len(ns), freed, loaded, ["cuda" if gpu else "cpu"] * len(ns),
+                                allocated, reserved, device, rss, back, verdicts)))
+        # One name may move different things (a wake of the weights, then of the KV cache).
+        parts[(role, rank, _label(name, declared))].append((ns, cs))
+    out = {}
+    for key, got in parts.items():   # in the order their transitions first came
+        # Two kinds share a label only through odd category names ("a +b"): merged in time order.
+        rows = sorted((n, *row) for ns, cs in got for n, row in zip(ns, zip(*cs.values()))) if got[1:] else ()
+        out[key] = {f: [row[k + 1] for row in rows] for k, f in enumerate(_FIELDS)} if rows else got[0][1]
+    return out
 
 
 def _label(name: str, declared: dict) -> str:
@@ -168,17 +167,22 @@ def _median(xs):
 
 _MEDIANS = ("ledger_freed", "ledger_loaded", "allocated_delta", "reserved_delta", "device_delta", "rss_delta",
             "returned")
+_FIELDS = ("step", "declared", "ledger_freed", "ledger_loaded", "device") + _MEDIANS[2:] + ("verdict",)   # a cycle's
+
+
+def _columns(by_key: dict) -> dict:
+    """(role, rank, transition) -> {field: [a value per cycle]}, from cycles() or _kinds() (those already)."""
+    return {key: cs if type(cs) is dict else {f: [c[f] for c in cs] for f in _FIELDS} for key, cs in by_key.items()}
 
 
 def table(by_key: dict) -> list[dict]:
     """One row per (role, rank, transition): medians over its cycles and the verdicts counted."""
     rows = []
-    for (role, rank, name), cs in sorted(by_key.items()):
-        verdicts = Counter(c["verdict"] for c in cs if c["verdict"])
+    for (role, rank, name), cs in sorted(_columns(by_key).items()):
+        verdicts = Counter(v for v in cs["verdict"] if v)
         main = verdicts.most_common(1)[0][0] if verdicts else None
-        rows.append({"role": role, "rank": rank, "transition": name, "cycles": len(cs),
-                     "device": cs[0]["device"], "declared": cs[0]["declared"],
-                     **dict(zip(_MEDIANS, map(_median, zip(*map(itemgetter(*_MEDIANS), cs))))),
+        rows.append({"role": role, "rank": rank, "transition": name, "cycles": len(cs["step"]),
+                     "device": cs["device"][0], "declared": cs["declared"][0], **{f: _median(cs[f]) for f in _MEDIANS},
                      "verdict": main, "verdicts": dict(verdicts), "cause": CAUSES.get(main) if main else None})
     return rows
 
@@ -189,25 +193,25 @@ def not_returned(by_key: dict, warmup: int = WARMUP_CYCLES, min_cycles: int = MI
     one-off miss is not a pattern). One dict per finding: bytes expected and returned (medians),
     the cycles judged, the verdict and its cause."""
     found = []
-    for (role, rank, name), cs in sorted(by_key.items()):
-        judged = [c for c in cs[warmup:] if c["verdict"] in ("returned", "cached", "held", "rss_kept")]
-        if len(judged) < min_cycles or any(c["verdict"] == "returned" for c in judged):
+    for (role, rank, name), cs in sorted(_columns(by_key).items()):
+        verdicts = cs["verdict"]
+        judged = [k for k in range(len(verdicts))[warmup:] if verdicts[k] in ("returned", "cached", "held", "rss_kept")]
+        if len(judged) < min_cycles or any(verdicts[k] == "returned" for k in judged):
             continue
-        verdict = Counter(c["verdict"] for c in judged).most_common(1)[0][0]
+        verdict = Counter(verdicts[k] for k in judged).most_common(1)[0][0]
+        freed, back, allocated = ([cs[f][k] for k in judged] for f in ("ledger_freed", "returned", "allocated_delta"))
         found.append({"role": role, "rank": rank, "transition": name, "cycles": len(judged),
-                      "frees": judged[0]["declared"]["frees"],
-                      "expected_bytes": int(_median([c["ledger_freed"] for c in judged])),
-                      "returned_bytes": int(_median([c["returned"] for c in judged])),
-                      "allocator_freed_bytes": int(-(_median([c["allocated_delta"] for c in judged]) or 0)),
-                      "device": judged[0]["device"], "verdict": verdict, "cause": CAUSES[verdict],
-                      "step": judged[-1]["step"]})
+                      "frees": cs["declared"][judged[0]]["frees"], "expected_bytes": int(_median(freed)),
+                      "returned_bytes": int(_median(back)), "allocator_freed_bytes": int(-(_median(allocated) or 0)),
+                      "device": cs["device"][judged[0]], "verdict": verdict, "cause": CAUSES[verdict],
+                      "step": cs["step"][judged[-1]]})
     return found
 
 
 def analyse(t) -> dict:
     """{"transitions": the table, "not_returned": the detector's findings}."""
-    by_key = cycles(t)
-    return {"transitions": table(by_key), "not_returned": not_returned(by_key)}
+    kinds = _kinds(t.transitions, t.mem, t.ledger, {})
+    return {"transitions": table(kinds), "not_returned": not_returned(kinds)}
 
 
 def fmt_mib(b) -> str:
@@ -258,8 +262,9 @@ class Live:
     CYCLES = 32          # cycles kept per transition
 
     def __init__(self):
-        self.mem: dict = defaultdict(lambda: ([], []))
-        self.ledger = _Ledger(defaultdict(lambda: ([], [])))
+        self.mem: dict = defaultdict(lambda: ([], []))      # (None, None, series): the one rank's, as in a Trace
+        self.ledger: dict = defaultdict(lambda: ([], []))   # (None, None, category)
+        self.left: dict = {}                                 # what transitions left (_edges())
         self.pending: list = []
         self.by_key: dict = {}
         self.newest = 0
@@ -277,17 +282,17 @@ class Live:
         for name in SERIES:
             v = sample.get(name)
             if isinstance(v, (int, float)):
-                self._push(self.mem[name], ts, v)
+                self._push(self.mem[(None, None, name)], ts, v)
         self.newest = max(self.newest, ts)
 
     def ledger_report(self, ts: int, values: dict) -> None:
         for cat, v in values.items():
             if isinstance(v, (int, float)):
-                self._push(self.ledger.series[cat], ts, v)
+                self._push(self.ledger[(None, None, cat)], ts, v)
 
     def transition(self, name: str, ts: int, dur: int, step, args: dict) -> None:
         if any(moves(args)):
-            self.pending.append({"name": name, "ts": ts, "end": ts + dur, "step": step, "args": args})
+            self.pending.append(dict(name=name, ts=ts, end=ts + dur, step=step, role=None, rank=None, args=args))
 
     def judge(self) -> bool:
         """Judge the transitions whose end sample is in; True when any was."""
@@ -295,12 +300,9 @@ class Live:
         if not ready:
             return False
         self.pending = [s for s in self.pending if s["end"] > self.newest]
-        for s in sorted(ready, key=lambda s: s["ts"]):
-            c = _cycle(s, self.mem, self.ledger)
-            if c is not None:
-                q = self.by_key.setdefault(_label(s["name"], c["declared"]), [])
-                q.append(c)
-                del q[:-self.CYCLES]
+        for (_, _, label), cs in _kinds(ready, self.mem, self.ledger, self.left).items():
+            kept = self.by_key.get(label, []) + [dict(zip(cs, row)) for row in zip(*cs.values())]
+            self.by_key[label] = kept[-self.CYCLES:]
         return True
 
     def findings(self, role, rank) -> list[dict]:
