@@ -7,7 +7,7 @@ from __future__ import annotations
 from itertools import chain
 from operator import itemgetter
 
-from rldbg.trace.flight import TRIGGER
+from rldbg.trace.events import TRIGGER
 from rldbg.trace.window import STACK, ranges, steps_text
 
 SHOWN_FRAMES = 4

@@ -13,8 +13,7 @@ import orjson
 from rldbg import sentinel
 from rldbg.store import no_gc, schema, series
 from rldbg.store.schema import raw_args
-from rldbg.trace.events import NUMBERED_AFTER
-from rldbg.trace.flight import TRIGGER
+from rldbg.trace.events import NUMBERED_AFTER, TRIGGER
 from rldbg.trace.report_trace import LOSSES, Trace, odd_notes
 from rldbg.trace.window import STACK
 

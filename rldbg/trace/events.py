@@ -33,6 +33,8 @@ FREES, LOADS = "frees", "loads"
 # In a step slice's args: the step was recorded after its calls (a loop learnt from call order is
 # known only once it comes round), which carry no step; the report numbers them by the slice.
 NUMBERED_AFTER = "numbered_after"
+# The instant a flight recorder's dump starts with (rldbg.trace.flight): what triggered it.
+TRIGGER = "rldbg flight trigger"
 
 
 # Read view of one record (decode()): attribute access by the names in FIELDS.

@@ -17,10 +17,9 @@ import shutil
 import threading
 import time
 
-from rldbg.trace.events import instant_event
+from rldbg.trace.events import TRIGGER, instant_event
 from rldbg.trace.spill import SpillWriter
 
-TRIGGER = "rldbg flight trigger"
 RATE_S = 30.0
 SETTLE_S = 5.0
 LIVE_S = 10.0     # a process heard from within this long is expected to answer a dump
