@@ -21,18 +21,16 @@ STEP_START = "step start"
 KEPT_INSTANTS = (sentinel.EVENT, TRIGGER, STACK, STEP_START, LOSSES)
 SLICE_CATS = ("call", "transition", "step", "driver_call")
 
-# The kinds of the report's rows (rldbg.store.schema; reads() below), read besides the counter
-# series (rldbg.store.series): rldbg's slices and driver calls and the few instants an analysis
-# looks at (a tuple of plain names is written as SQL writes a list).
-_KINDS = f"""SELECT id, proc, ph, cat, name, role, rank, method FROM kinds
-WHERE (ph IN ('X', 'D') AND cat IN {SLICE_CATS}) OR (ph IN ('i', 'I') AND name IN {KEPT_INSTANTS})"""
+_KINDS = "SELECT id, proc, ph, cat, name, role, rank, method FROM kinds"
 _ROWS = "SELECT kind, ts, dur, step, flow, args FROM report_rows ORDER BY rowid"   # in arrival order
 _RANKS = """SELECT t.role, t.rank, p.node_id, p.node_ip, p.pid FROM tracks t JOIN processes p ON p.id = t.proc
 WHERE p.node_id IS NOT NULL ORDER BY t.ord"""
 
 
 def reads(ph, cat, name) -> bool:
-    """Whether the report reads the events of a kind (ph, cat, name): _KINDS, for the writer."""
+    """Whether the report reads the events of a kind (ph, cat, name), besides the counter series
+    (rldbg.store.series): rldbg's slices and driver calls and the few instants an analysis looks
+    at. The writer keeps their events in report_rows by it, the reader picks their kinds by it."""
     return ph in ("X", "D") and cat in SLICE_CATS or ph in ("i", "I") and name in KEPT_INSTANTS
 
 
@@ -64,6 +62,8 @@ def _events(conn, t: Trace) -> None:
     slices = {"call": t.calls, "transition": t.transitions, "step": t.steps, "driver_call": t.driver_calls}
     kinds = {}
     for kind, proc, ph, cat, name, role, rank, method in conn.execute(_KINDS):
+        if not reads(ph, cat, name):
+            continue
         if ph == "D":   # a driver call as recorded: its slice in the export is named by its method
             into, name = t.driver_calls, method
         else:
