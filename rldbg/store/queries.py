@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import sqlite3
 
-import orjson
-
 from rldbg import sentinel
 from rldbg.store import no_gc, schema, series
 from rldbg.store.schema import raw_args
@@ -69,14 +67,10 @@ def _events(conn, t: Trace) -> None:
         else:
             into = slices[cat] if ph == "X" else t.instants
         kinds[kind] = (ph in ("i", "I"), name, role, rank, method, shift[proc], into)
-    loads = orjson.loads
     for kind, ts, dur, step, flow, text in conn.execute(_ROWS):
         instant, name, role, rank, method, sh, into = kinds[kind]
         ts += sh
-        try:
-            a = None if text is None else loads(text)
-        except orjson.JSONDecodeError:   # NaN, Infinity, an int beyond 64 bits: the stdlib wrote them
-            a = raw_args(text)
+        a = raw_args(text)
         if type(a) is not dict:   # none, or args that are not a map: kept whole, as the export lays them out
             a = {} if a is None else {"value": a}
         if instant:

@@ -29,9 +29,9 @@ run        key -> JSON value: "meta" (the spill's meta.json: origin, job, what w
            "origin_ns", "aligned", "source" (spill or the imported file), "notes" (damage an
            import met), "odd_fields", "odd_samples" and "dropped_total".
 
-Readers pick the kinds they need by category or name (a few rows) and read those kinds' events in
-one pass over the events table (the export) or report_rows (the report), in arrival order, without
-an index to build at ingest.
+Readers pick the kinds they need (a few rows; the report by rldbg.store.queries.reads(), the rule
+its rows were kept by) and read those kinds' events in one pass over the events table (the
+export) or report_rows (the report), in arrival order, without an index to build at ingest.
 """
 from __future__ import annotations
 
