@@ -13,7 +13,7 @@ Driver side, around every worker-group call:
 Worker side:
     set_worker_identity(role, rank, world, roles=...)      # once, at actor start
     with worker_call(role, rank, method, tag): ...         # one span per rank per registered call
-    with transition("offload_optimizer", frees=("optimizer",)): ...  # mode switches, memory at both edges
+    with transition("optimizer_to_host", frees=("optimizer",)): ...  # mode switches, memory at both edges
     ledger(category, nbytes)                               # bytes held by category (params, optimizer, ...)
 
 Every hook costs one flag check when tracing is off (rldbg.trace.runtime.STATE.on) and never

@@ -1,7 +1,7 @@
 """Opt-in CUDA memory snapshots around hybrid-engine transitions (offload, onload, sleep, wake...).
 
     RLDBG_CUDA_MEMORY_SNAPSHOT=/path        # in the workers' environment
-    with snapshot_transition("offload_optimizer", role, rank): ...
+    with snapshot_transition("optimizer_to_host", role, rank): ...
 
 The first transition in a process starts torch's allocator history
 (torch.cuda.memory._record_memory_history); after each transition the snapshot, which holds

@@ -17,7 +17,7 @@ LABEL = 22
 
 
 def colour(name: str) -> str:
-    # By method, so the driver's "actor.update_actor" and the ranks' "update_actor" match.
+    # By method, so the driver's "<group>.<method>" and the ranks' "<method>" share a colour.
     base = (name or "?").rsplit(".", 1)[-1]
     return PALETTE[zlib.crc32(base.encode()) % len(PALETTE)]
 
