@@ -86,6 +86,7 @@ def step_ratio(run: DemoSteps, a) -> None:
     trainers = {"driver"} | {n for _, n in job_cpu_ns() if n.startswith("ray::") and "Collector" not in n
                               and n not in ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")}
     by_proc = ({}, {})   # untraced, traced: {process name: CPU ns over all blocks}
+    by_main = ({}, {})   # the same, of each process's main thread only
     own: dict = {}       # tracing's own threads over the traced blocks: {label: CPU ns}
     hosts = [h for g in run.groups.values() for h in g.hosts]
 
@@ -96,13 +97,13 @@ def step_ratio(run: DemoSteps, a) -> None:
         run.step()
         out = []
         mine = tracing_threads(hosts) if traced and not a.aa else []
-        c0, w0, t0_own = job_cpu_ns(), main_wait_ns(), cpu_ns(mine)
+        c0, w0, t0_own, m0 = job_cpu_ns(), main_wait_ns(), cpu_ns(mine), main_thread_ns()
         for _ in range(a.steps):
             t0 = time.perf_counter()
             rec = run.step()
             out.append(time.perf_counter() - t0)
             steps.append({"traced": traced, "s": out[-1], **{k: v for k, v in rec.items() if isinstance(v, (int, float))}})
-        used = cpu_since(c0)
+        used, on_main = cpu_since(c0), cpu_since(m0, main_thread_ns)
         cpu.append((traced, sum(used.values())))
         for label, ns in used_by_label(mine, t0_own).items():
             own[label] = own.get(label, 0) + ns
@@ -110,10 +111,12 @@ def step_ratio(run: DemoSteps, a) -> None:
         waits.append((traced, sum(ns for name, ns in waited.items() if name in trainers)))
         for name, ns in used.items():
             by_proc[traced][name] = by_proc[traced].get(name, 0) + ns
+        for name, ns in on_main.items():
+            by_main[traced][name] = by_main[traced].get(name, 0) + ns
         return out
 
     block()  # warm-up: first calls pay for imports and allocations
-    for kept in (cpu, waits, steps, by_proc[0]):   # the warm-up block counts in no figure
+    for kept in (cpu, waits, steps, by_proc[0], by_main[0]):   # the warm-up block counts in no figure
         kept.clear()
     extra = {} if a.flush is None else {"flush_interval": a.flush}
     if a.window:
@@ -185,12 +188,15 @@ def step_ratio(run: DemoSteps, a) -> None:
     print(f"  the training threads' wait for a core, per step: untraced {sum(w_off) / len(off) / 1e6:.2f} ms, "
           f"traced {sum(w_on) / len(on) / 1e6:.2f} ms, {(sum(w_on) - sum(w_off)) / len(on) / 1e6:+.2f} ms "
           f"(90% interval {lo:+.2f} .. {hi:+.2f}; main threads of {', '.join(sorted(trainers))})")
-    # Where a traced step's extra CPU goes, by process: ms per step on each side.
+    # Where a traced step's extra CPU goes, by process (and of that, its main thread, where recording
+    # runs and where a process's other threads take the GIL from): ms per step on each side.
     names = sorted(set(by_proc[0]) | set(by_proc[1]),
                    key=lambda n: -abs(by_proc[1].get(n, 0) / len(on) - by_proc[0].get(n, 0) / len(off)))
     for name in names:
         u, t = by_proc[0].get(name, 0) / len(off) / 1e6, by_proc[1].get(name, 0) / len(on) / 1e6
-        print(f"    {name:<32} {u:7.2f} -> {t:7.2f} ms a step ({t - u:+.2f})")
+        mu, mt = by_main[0].get(name, 0) / len(off) / 1e6, by_main[1].get(name, 0) / len(on) / 1e6
+        print(f"    {name:<32} {u:7.2f} -> {t:7.2f} ms a step ({t - u:+.2f}; main thread {mu:.2f} -> {mt:.2f}, "
+              f"{mt - mu:+.2f})")
 
 
 def _job_processes():
@@ -217,16 +223,21 @@ def job_cpu_ns() -> dict:
     return out
 
 
-def main_wait_ns() -> dict:
-    """{(pid, name): ns the main thread (where the driver and a Ray actor's calls run) was
-    runnable but waiting for a core so far} of each of the job's processes."""
+def main_thread_ns(field: int = 0) -> dict:
+    """{(pid, name): a schedstat field of the main thread (where the driver and a Ray actor's calls
+    run) so far} of each of the job's processes: 0, ns on a core; RUN_DELAY, ns runnable but
+    waiting for one."""
     out = {}
     for pid, name in _job_processes():
         try:
-            out[(pid, name)] = schedstat(pid, pid, RUN_DELAY)
+            out[(pid, name)] = schedstat(pid, pid, field)
         except (OSError, ValueError):
             pass
     return out
+
+
+def main_wait_ns() -> dict:
+    return main_thread_ns(RUN_DELAY)
 
 
 def cpu_since(before: dict, now=job_cpu_ns) -> dict:

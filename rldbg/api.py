@@ -16,6 +16,7 @@ import time
 from rldbg.context import current as _current
 from rldbg.trace import runtime as _rt
 from rldbg.trace.events import counter_event as _counter, instant_event as _instant, slice_event as _slice
+from rldbg.trace.spill import pack_event as _pack
 
 _STATE = _rt.STATE
 _now = time.time_ns
@@ -40,11 +41,11 @@ class _Span:
             c = _current()
             # No args: None, not an empty dict (nothing to pack, ship or export for it).
             args = (self.args or None) if et is None else dict(self.args, error=et.__name__)
-            # Inlined Recorder.emit: the hot path is one length check and a deque append.
+            # Inlined Recorder.emit: the hot path is one length check, the packing and a deque append.
             buf = rec.buf
             if len(buf) < rec.capacity:
-                buf.append(_slice("user", self.name, self.t0, _now() - self.t0, c.role, c.rank, c.step,
-                                  c.method, None, args))
+                buf.append(_pack(_slice("user", self.name, self.t0, _now() - self.t0, c.role, c.rank, c.step,
+                                        c.method, None, args)))
             else:
                 rec.dropped += 1
         return False
@@ -116,7 +117,7 @@ def instant(name: str, **args) -> None:
     c = _current()
     buf = rec.buf
     if len(buf) < rec.capacity:
-        buf.append(_instant("user", name, _now(), c.role, c.rank, c.step, c.method, args or None))
+        buf.append(_pack(_instant("user", name, _now(), c.role, c.rank, c.step, c.method, args or None)))
     else:
         rec.dropped += 1
 
@@ -134,6 +135,6 @@ def counter(name: str, **values) -> None:
     c = _current()
     buf = rec.buf
     if len(buf) < rec.capacity:
-        buf.append(_counter("user", name, _now(), c.role, c.rank, c.step, c.method, values))
+        buf.append(_pack(_counter("user", name, _now(), c.role, c.rank, c.step, c.method, values)))
     else:
         rec.dropped += 1

@@ -14,7 +14,7 @@ from rldbg.context import current
 from rldbg.trace import runtime
 from rldbg.trace.events import decode
 from rldbg.trace.recorder import Recorder
-from rldbg.trace.spill import decode_events, encode_events
+from rldbg.trace.spill import decode_events, encode_events, join_packed
 
 T = 1_700_000_000_000_000_000
 
@@ -73,7 +73,8 @@ def _script():
 
 
 def _held(rec) -> list:
-    return [tuple(decode(e)) for e in rec.buf]
+    """The events the recorder holds (packed: rldbg.trace.spill.pack_event), as the spill gives them back."""
+    return [tuple(decode(e)) for e in decode_events(join_packed(list(rec.buf)))]
 
 
 def test_each_call_records_its_event_with_the_context_it_runs_in_and_bad_calls_raise(state):
@@ -93,17 +94,15 @@ def test_each_call_records_its_event_with_the_context_it_runs_in_and_bad_calls_r
     ]
     assert raised == ["KeyError", "ValueError", "ValueError", "TypeError", "ValueError", "TypeError", "TypeError",
                       "TypeError"]
-    # what reaches the spill: the same fields, in order (lists for tuples, as msgpack gives them back)
-    shipped = decode_events(encode_events(list(state.recorder.buf)))
-    assert [tuple(e) for e in shipped] == [tuple(list(v) if type(v) is tuple else v for v in e)
-                                           for e in _held(state.recorder)]
+    # what reaches the spill: the events packed one by one make, joined, the bytes of packing them as one batch
+    assert join_packed(list(state.recorder.buf)) == encode_events(_held(state.recorder))
 
 
 def test_what_msgpack_cannot_pack_is_shipped_as_json_would_write_it(state):
     rldbg.instant("beyond 64 bits", v=2**64)
     rldbg.instant("an object", obj=state)
     rldbg.instant("atomic", f=-1.5, big=2**63 - 1, neg=-2**63, t=True, n=None, s="é" * 40)
-    shipped = decode_events(encode_events(list(state.recorder.buf)))
+    shipped = decode_events(join_packed(list(state.recorder.buf)))
     assert [e[2] for e in shipped] == ["beyond 64 bits", "an object", "atomic"]
     assert shipped[0][10] == {"v": str(2**64)} and shipped[1][10] == {"obj": str(state)}
     assert shipped[2][10] == {"f": -1.5, "big": 2**63 - 1, "neg": -2**63, "t": True, "n": None, "s": "é" * 40}

@@ -13,6 +13,12 @@ from rldbg.context import current
 from rldbg.trace import runtime
 from rldbg.trace.events import decode
 from rldbg.trace.recorder import Recorder
+from rldbg.trace.spill import decode_events, join_packed
+
+
+def _held(rec) -> list:
+    """The events the recorder holds (packed: rldbg.trace.spill.pack_event), decoded."""
+    return [decode(e) for e in decode_events(join_packed(list(rec.buf)))]
 
 
 @pytest.fixture
@@ -55,9 +61,9 @@ def test_a_function_decorated_while_off_is_traced_once_tracing_is_on(tracing_sta
     assert work(3) == 6
     with rldbg.span("block"):
         rldbg.instant("mark", i=1)
-    names = [decode(e).name for e in rec.buf]
-    assert names == ["decorated", "mark", "block"]
-    assert decode(rec.buf[0]).args == {"kind": "fn"} and decode(rec.buf[2]).args is None
+    evs = _held(rec)
+    assert [e.name for e in evs] == ["decorated", "mark", "block"]
+    assert evs[0].args == {"kind": "fn"} and evs[2].args is None
 
 
 def _where():
@@ -79,7 +85,7 @@ def test_worker_call_labels_and_restores_the_context_off_and_on(tracing_state):
             rldbg.instant("inside")
             raise RuntimeError("bad batch")
     assert _where() == before
-    evs = [decode(e) for e in rec.buf]
+    evs = _held(rec)
     call = [e for e in evs if e.cat == "call"]
     assert len(call) == 1 and call[0].flow == 7 and call[0].args["status"] == "error: RuntimeError"
     inside = [e for e in evs if e.name == "inside"][0]

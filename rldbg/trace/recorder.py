@@ -1,6 +1,7 @@
 """Per-process bounded recorder and the background thread that ships it to the collector.
 
-Recording appends a tuple to a deque (atomic under the GIL, no lock). A daemon flusher drains it
+Recording packs the event (rldbg.trace.spill.pack_event: bytes, which the garbage collector never
+sees) and appends it to a deque (atomic under the GIL, no lock). A daemon flusher drains it
 every `interval` seconds over its link (a wire.Connection, or in the driver a server.LocalLink),
 one acknowledged batch at a time: training never waits on the collector, and a burst up to the
 buffer's size ships on later rounds (bench/bench_trace_loss.py). Events are lost only when the
@@ -23,7 +24,7 @@ from itertools import repeat, starmap
 from rldbg.context import current
 from rldbg.trace.background import lower_this_thread
 from rldbg.trace.clock import CONNECT_SAMPLES, ClockSync
-from rldbg.trace.spill import encode_events
+from rldbg.trace.spill import decode_events, encode_events, join_packed, pack_event
 from rldbg.trace.stopflag import StopFlag
 from rldbg.trace.window import Ring, stack_events, trigger_in
 from rldbg.trace.wire import NotSent
@@ -51,10 +52,10 @@ class Recorder:
         if len(self.buf) >= self.capacity:
             self.dropped += 1
             return
-        self.buf.append(ev)
+        self.buf.append(pack_event(ev))
 
     def drain(self, limit: int = BATCH) -> list:
-        """Up to `limit` of the oldest events, taken out. Popped at C speed (starmap calls
+        """Up to `limit` of the oldest events (packed), taken out. Popped at C speed (starmap calls
         popleft without a Python step per event): only the shipper pops, under its lock, and
         recording only appends, so the length read here can only have grown by the time it pops."""
         return list(starmap(self.buf.popleft, repeat((), min(limit, len(self.buf)))))
@@ -182,13 +183,13 @@ class Shipper:
             batch = self.rec.drain(min(todo, BATCH))
             todo -= len(batch)
             if self.policy is not None:   # step windows: the chosen steps only
-                batch = self.policy.select(batch)
+                batch = [pack_event(ev) for ev in self.policy.select(decode_events(join_packed(batch), tuples=True))]
                 if not batch:
                     continue
-            # Packed here (msgpack: a few hundred ns per event, against microseconds for JSON), not in
-            # the collector: the one collector only appends the bytes to the spill, so it keeps up with
-            # many producers.
-            sent = self._send(dict(self._meta(), n=len(batch)), encode_events(batch), batch) or sent
+            # Packed in this process (msgpack: a few hundred ns per event, against microseconds for JSON),
+            # not in the collector: the one collector only appends the bytes to the spill, so it keeps up
+            # with many producers.
+            sent = self._send(dict(self._meta(), n=len(batch)), join_packed(batch), batch) or sent
         if self.gone and self.rec.buf and (self.relookup is None or self.gone_since < 0):
             # No link will come back (the trace was stopped): what is buffered never ships.
             # While one may (a worker connecting again), the buffer keeps it, bounded.
@@ -201,7 +202,7 @@ class Shipper:
         """The flight recorder's round: the new events join the window; a heartbeat tells the
         collector the newest step (and any trigger seen); a dump asked for in the answer takes the
         window (which stays for a later one)."""
-        events = self.rec.drain(len(self.rec.buf))
+        events = decode_events(join_packed(self.rec.drain(len(self.rec.buf))), tuples=True)
         trigger = trigger_in(events)
         ring.add(events)
         if self.gone:

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import struct
+import threading
 import zlib
 from operator import itemgetter
 from typing import Iterator
@@ -88,6 +89,32 @@ def encode_events(events: list) -> bytes:
         # An int beyond 64 bits (or a type msgpack refuses outright): as JSON would write it.
         return msgpack.packb(json.loads(json.dumps(events, default=str)), use_bin_type=True,
                              unicode_errors="surrogatepass")
+
+
+_packers = threading.local()   # a Packer is not safe to share between threads (its buffer)
+
+
+def pack_event(ev) -> bytes:
+    """One event as the bytes encode_events writes for it in a batch. A recorder buffers events in
+    this form: bytes are no container, so what waits for the next flush is invisible to Python's
+    garbage collector, where tuples and dicts kept alive for a second would be counted and moved to
+    its old generation, and bring on full collections of the whole process (a training worker's
+    torch and model objects included: hundreds of ms each on the demo's workers)."""
+    try:
+        packer = _packers.p
+    except AttributeError:
+        packer = _packers.p = msgpack.Packer(default=str, use_bin_type=True, unicode_errors="surrogatepass")
+    try:
+        return packer.pack(ev)
+    except (OverflowError, ValueError, TypeError):
+        return encode_events(ev)   # its fallback, for this event alone (an event packs as the array it is)
+
+
+def join_packed(packed: list) -> bytes:
+    """Events packed one by one (pack_event) as the batch encode_events writes of them."""
+    n = len(packed)
+    head = bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdd" + n.to_bytes(4, "big")
+    return head + b"".join(packed)
 
 
 def decode_events(data, tuples: bool = False) -> list:
