@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -57,7 +56,7 @@ def _written(run: Path) -> list:
 
 
 def _first_step(ring) -> int | None:
-    return next((s for s, _ in ring.events if s is not None), None)
+    return next((s for s, *_ in ring.events if s is not None), None)
 
 
 def test_a_nan_writes_the_last_window_and_its_report_names_the_output_first(tmp_path):

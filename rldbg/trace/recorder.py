@@ -202,9 +202,10 @@ class Shipper:
         """The flight recorder's round: the new events join the window; a heartbeat tells the
         collector the newest step (and any trigger seen); a dump asked for in the answer takes the
         window (which stays for a later one)."""
-        events = decode_events(join_packed(self.rec.drain(len(self.rec.buf))), tuples=True)
+        packed = self.rec.drain(len(self.rec.buf))
+        events = decode_events(join_packed(packed), tuples=True)
         trigger = trigger_in(events)
-        ring.add(events)
+        ring.add(events, packed)
         if self.gone:
             return
         meta = dict(self._meta(final), step=ring.newest, window_events=len(ring.events))

@@ -16,6 +16,7 @@ from collections import deque
 
 from rldbg.context import identity
 from rldbg.trace.events import ARGS, CAT, COUNTER, INSTANT, METHOD, NAME, PH, RANK, ROLE, STEP, TS, instant_event
+from rldbg.trace.spill import decode_events, pack_event
 
 STATE_CATS = frozenset(("memory", "ledger", "gpu"))
 
@@ -129,29 +130,37 @@ class Ring:
 
     def __init__(self, n: int, capacity: int):
         self.n, self.capacity = int(n), int(capacity)
-        self.events: deque = deque()   # (step, event)
+        # (step, ts, whether it is a state event, the event packed): a window held for days stays out
+        # of the garbage collector's sight (rldbg.trace.spill.pack_event), as the recorder's buffer does.
+        self.events: deque = deque()
         self.steps = _Steps()
         self.newest: int | None = None
         self.job_step: int | None = None   # the job's newest step, as the collector last said
 
-    def add(self, events: list) -> None:
-        for ev in events:
+    def add(self, events, packed: list | None = None) -> None:
+        """`events` join the ring; `packed`: the same events as pack_event made them (else packed here)."""
+        if packed is None:
+            packed = [pack_event(ev) for ev in events]
+        append = self.events.append
+        for ev, p in zip(events, packed):
             s = self.steps.step_of(ev)
             if s is None:
                 s = self.job_step
             if s is not None and (self.newest is None or s > self.newest):
                 self.newest = s
-            self.events.append((s, ev))
+            append((s, ev[TS], ev[PH] == COUNTER and ev[CAT] in STATE_CATS and bool(ev[ARGS]), p))
         self._prune()
 
     def _prune(self) -> None:
         ring, remember = self.events, self.steps.remember
         oldest = None if self.newest is None else self.newest - 2 * self.n + 1
-        since = ring[-1][1][TS] - MARGIN_NS if ring else 0
+        since = ring[-1][1] - MARGIN_NS if ring else 0
         # Beyond the capacity the oldest events go first.
-        while ring and (len(ring) > self.capacity or (oldest is not None and ring[0][1][TS] < since
+        while ring and (len(ring) > self.capacity or (oldest is not None and ring[0][1] < since
                                                       and (ring[0][0] is None or ring[0][0] < oldest))):
-            remember(ring.popleft()[1])
+            _, _, state, p = ring.popleft()
+            if state:
+                remember(decode_events(p, tuples=True))
 
     def window(self, upto: int | None = None) -> list:
         """The n steps ending at step `upto` (the newest here when None), opened by the state of the
@@ -161,12 +170,13 @@ class Ring:
             upto = self.newest
         lo = None if upto is None else upto - self.n + 1
         state, inside = dict(self.steps.state), []
-        for s, ev in self.events:
+        for s, _, is_state, p in self.events:
             if lo is not None and (s < lo if s is not None else lo > 1):
                 # an event before any step (s None) is older than a window that starts after step 1
-                self.steps.remember(ev, state)
+                if is_state:
+                    self.steps.remember(decode_events(p, tuples=True), state)
             elif s is None or upto is None or s <= upto:
-                inside.append(ev)
+                inside.append(decode_events(p, tuples=True))
         if not inside:
             return self.steps.state_events(0, state) if state else []
         return self.steps.state_events(inside[0][TS], state) + inside
