@@ -166,6 +166,7 @@ def test_window_and_steps_together_are_refused(tmp_path):
 
 def test_the_ring_stays_bounded_and_keeps_the_state_at_its_start():
     from rldbg.trace.events import instant_event, ledger_event, memory_event
+    from rldbg.trace.spill import pack_event
     from rldbg.trace.window import Ring
 
     ring = Ring(3, capacity=10_000)
@@ -174,7 +175,7 @@ def test_the_ring_stays_bounded_and_keeps_the_state_at_its_start():
         evs = [ledger_event(t, "actor", 0, step, "m", "optimizer", 1000 + step),
                memory_event(t + 1, "actor", 0, None, None, {"rss": 5000 + step}),
                instant_event("user", "x", t + 2, "actor", 0, step, "m")]
-        ring.add(evs)
+        ring.add([pack_event(e) for e in evs])
         t += 1_000_000_000
     # It holds twice the window (processes answer a dump a heartbeat apart), never more.
     assert len(ring.events) == 2 * 3 * 3 and _first_step(ring) == 194 and ring.newest == 199
@@ -188,8 +189,8 @@ def test_the_ring_stays_bounded_and_keeps_the_state_at_its_start():
     assert {e[7] for e in ring.window(198)[2:] if e[7] is not None} == {196, 197, 198}
     # events from before the first step belong to a window that reaches step 1 only
     early = Ring(3, capacity=100)
-    early.add([instant_event("user", "before", 0, "actor", 0, None, "m")])
-    early.add([instant_event("user", "x", 1 + s, "actor", 0, s, "m") for s in (1, 2, 3, 4)])
+    early.add([pack_event(instant_event("user", "before", 0, "actor", 0, None, "m"))])
+    early.add([pack_event(instant_event("user", "x", 1 + s, "actor", 0, s, "m")) for s in (1, 2, 3, 4)])
     assert [e[2] for e in early.window(3)] == ["before", "x", "x", "x"]
     assert [e[7] for e in early.window(4)] == [2, 3, 4]
     # a process a step behind the trigger ships the steps it has of the same window, no older one
@@ -198,13 +199,14 @@ def test_the_ring_stays_bounded_and_keeps_the_state_at_its_start():
 
 def test_the_ring_keeps_its_last_seconds_of_fast_steps_and_files_a_stepless_process_under_the_jobs_step():
     from rldbg.trace.events import instant_event, memory_event
+    from rldbg.trace.spill import pack_event
     from rldbg.trace.window import MARGIN_NS, Ring
 
     # Steps of 50 ms: a process told of a dump a heartbeat later is many steps on, and must still
     # hold the steps that end at the dump's; it keeps the last MARGIN_NS, and no more.
     ring, t = Ring(3, capacity=10_000), 0
     for step in range(1000):
-        ring.add([instant_event("user", "x", t, "actor", 0, step, "m")])
+        ring.add([pack_event(instant_event("user", "x", t, "actor", 0, step, "m"))])
         t += 50_000_000
     assert len(ring.events) == MARGIN_NS // 50_000_000 + 1 and ring.newest == 999
     assert {e[7] for e in ring.window(950)} == {948, 949, 950}
@@ -213,7 +215,8 @@ def test_the_ring_keeps_its_last_seconds_of_fast_steps_and_files_a_stepless_proc
     driver, t = Ring(3, capacity=10_000), 0
     for step in range(1, 301):
         driver.job_step = step
-        driver.add([memory_event(t + i * 100_000_000, "driver", 0, None, None, {"rss": 7000 + step}) for i in range(10)])
+        driver.add([pack_event(memory_event(t + i * 100_000_000, "driver", 0, None, None, {"rss": 7000 + step}))
+                    for i in range(10)])
         t += 1_000_000_000
     assert driver.newest == 300 and _first_step(driver) >= 295 and len(driver.events) <= 60
     cut = driver.window(299)

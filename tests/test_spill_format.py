@@ -8,7 +8,8 @@ import json
 from rldbg.trace import events as ev
 from rldbg.trace.collector import Collector
 from rldbg.trace.export import export_spill
-from rldbg.trace.spill import SpillWriter, decode_events, encode_events, iter_batches, iter_records
+from rldbg.trace.spill import SpillWriter, decode_events, encode_events, iter_records
+from trace_of import iter_batches
 
 
 def _events(n, rank=0):

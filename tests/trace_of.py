@@ -1,7 +1,7 @@
 """The report's Trace of some Chrome JSON events, for tests that write events by hand: the events
 go through a file and the report's own reading (imported into a store, read back by its queries),
-as `rldbg report` reads a trace from elsewhere; and a trace file's events, for tests that look at
-what the export wrote."""
+as `rldbg report` reads a trace from elsewhere; a trace file's events, for tests that look at
+what the export wrote; and a spill's batches, for tests that look at what reached the collector."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ import os
 import tempfile
 
 from rldbg.store.chrome_import import _load
+from rldbg.trace.spill import iter_records
 from rldbg.trace.report import Trace, read_trace
 
 
@@ -32,3 +33,10 @@ def load_trace(path: str) -> tuple[list[dict], list[str]]:
 def load_events(path: str) -> list[dict]:
     """The trace file's events as the tolerant reader loads them (damage notes dropped)."""
     return load_trace(path)[0]
+
+
+def iter_batches(spill_dir: str, damage: list | None = None):
+    """A spill's valid batches in arrival order, as {meta..., "events": [event lists]}."""
+    for meta, evs in iter_records(spill_dir, damage):
+        meta["events"] = evs
+        yield meta

@@ -8,7 +8,7 @@ Layout: events → recorder (per-process buffer + flusher) → wire (TCP) → se
 the driver, spills to disk) → at stop, the run's store (rldbg.store) → export and report. The
 session functions load on first use: a recording process needs none of the collector's Ray glue.
 """
-_SESSION = ("start", "stop", "tracing", "collector_handle", "last_losses", "loss_line", "dump", "last_dumps")
+_SESSION = ("start", "stop", "tracing", "last_losses", "loss_line", "dump", "last_dumps")
 
 __all__ = list(_SESSION)
 

@@ -1,7 +1,6 @@
 """The event record: the one schema every rldbg producer writes and every consumer reads.
 
-An event is a plain tuple (cheap to build; packed to bytes as it is recorded and a msgpack array in
-the spill: rldbg.trace.spill):
+An event is a plain tuple (cheap to build; packed as recorded, a msgpack array in the spill: rldbg.trace.spill):
     (ph, cat, name, ts_ns, dur_ns, role, rank, step, method, flow, args)
 ph:     SLICE "X" (a span), INSTANT "i", COUNTER "C" (args = {series: number}),
         DRIVER_CALL "D" (one driver call, expanded into call/dispatch/send/wait/recv slices at export).

@@ -1,14 +1,14 @@
 """Per-process bounded recorder and the background thread that ships it to the collector.
 
-Recording packs the event (rldbg.trace.spill.pack_event: bytes, which the garbage collector never
-sees) and appends it to a deque (atomic under the GIL, no lock). A daemon flusher drains it
-every `interval` seconds over its link (a wire.Connection, or in the driver a server.LocalLink),
-one acknowledged batch at a time: training never waits on the collector, and a burst up to the
-buffer's size ships on later rounds (bench/bench_trace_loss.py). Events are lost only when the
-buffer is full, a batch was on the wire when the connection broke, or the collector is gone; each
-cause is counted per process and travels, cumulative, with every batch into the trace. Every
-round sends something (an empty batch when there is nothing to ship), so the collector tells a
-dead process (silent, no final batch) from an idle one; a normal exit sends a final batch.
+Recording packs the event (spill.pack_event) and appends it to a deque (atomic under the GIL, no
+lock). A daemon flusher drains it every `interval` seconds over its link (a wire.Connection, or in
+the driver a server.LocalLink), one acknowledged batch at a time: training never waits on the
+collector, and a burst up to the buffer's size ships on later rounds (bench/bench_trace_loss.py).
+Events are lost only when the buffer is full, a batch was on the wire when the connection broke, or
+the collector is gone; each cause is counted per process and travels, cumulative, with every batch
+into the trace. Every round sends something (an empty batch when there is nothing to ship), so the
+collector tells a dead process (silent, no final batch) from an idle one; a normal exit sends a
+final batch.
 """
 from __future__ import annotations
 
@@ -186,9 +186,8 @@ class Shipper:
                 batch = [pack_event(ev) for ev in self.policy.select(decode_events(join_packed(batch), tuples=True))]
                 if not batch:
                     continue
-            # Packed in this process (msgpack: a few hundred ns per event, against microseconds for JSON),
-            # not in the collector: the one collector only appends the bytes to the spill, so it keeps up
-            # with many producers.
+            # Packed by each process, not by the collector, which only appends the bytes to the spill and
+            # so keeps up with many producers.
             sent = self._send(dict(self._meta(), n=len(batch)), join_packed(batch), batch) or sent
         if self.gone and self.rec.buf and (self.relookup is None or self.gone_since < 0):
             # No link will come back (the trace was stopped): what is buffered never ships.
@@ -202,10 +201,7 @@ class Shipper:
         """The flight recorder's round: the new events join the window; a heartbeat tells the
         collector the newest step (and any trigger seen); a dump asked for in the answer takes the
         window (which stays for a later one)."""
-        packed = self.rec.drain(len(self.rec.buf))
-        events = decode_events(join_packed(packed), tuples=True)
-        trigger = trigger_in(events)
-        ring.add(events, packed)
+        trigger = trigger_in(ring.add(self.rec.drain(len(self.rec.buf))))
         if self.gone:
             return
         meta = dict(self._meta(final), step=ring.newest, window_events=len(ring.events))

@@ -98,11 +98,6 @@ class CollectorServer:
         except Exception as e:   # a malformed request: say so; the collector's state is its own
             return [False, f"{type(e).__name__}: {e}"]
 
-    def connected(self) -> int:
-        """How many processes are connected now."""
-        with self._lock:
-            return len(self._conns)
-
     def drop_connections(self) -> int:
         """Hang up on every connected process (they reconnect on their next round); how many.
         What a network failure does to a run, on purpose: tests/test_faults.py."""

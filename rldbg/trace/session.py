@@ -254,11 +254,6 @@ def tracing(path: str = "rldbg-trace.json.gz", **kwargs):
         stop()
 
 
-def collector_handle():
-    """The live collector of this session, in this process (its methods are thread-safe), or None."""
-    return _session.get("collector")
-
-
 def _at_exit() -> None:
     with contextlib.suppress(Exception):
         stop()

@@ -95,11 +95,8 @@ _packers = threading.local()   # a Packer is not safe to share between threads (
 
 
 def pack_event(ev) -> bytes:
-    """One event as the bytes encode_events writes for it in a batch. A recorder buffers events in
-    this form: bytes are no container, so what waits for the next flush is invisible to Python's
-    garbage collector, where tuples and dicts kept alive for a second would be counted and moved to
-    its old generation, and bring on full collections of the whole process (a training worker's
-    torch and model objects included: hundreds of ms each on the demo's workers)."""
+    """One event as encode_events writes it in a batch: what a recorder buffers, as bytes the garbage collector
+    never sees (buffered tuples and dicts reach its old generation and bring on full collections of the process)."""
     try:
         packer = _packers.p
     except AttributeError:
@@ -112,9 +109,7 @@ def pack_event(ev) -> bytes:
 
 def join_packed(packed: list) -> bytes:
     """Events packed one by one (pack_event) as the batch encode_events writes of them."""
-    n = len(packed)
-    head = bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdd" + n.to_bytes(4, "big")
-    return head + b"".join(packed)
+    return msgpack.Packer().pack_array_header(len(packed)) + b"".join(packed)
 
 
 def decode_events(data, tuples: bool = False) -> list:
@@ -204,13 +199,6 @@ def _file_records(path: str, data: bytes, damage: list | None):
         at = -1 if bad == TORN else data.find(MAGIC, at + 1)   # resynchronise on the next record
         if at < 0:
             break
-
-
-def iter_batches(spill_dir: str, damage: list | None = None) -> Iterator[dict]:
-    """Valid batches in arrival order, as {meta..., "events": [event lists]}."""
-    for meta, evs in iter_records(spill_dir, damage):
-        meta["events"] = evs
-        yield meta
 
 
 def damage_summary(damage: list) -> str:

@@ -16,7 +16,7 @@ from collections import deque
 
 from rldbg.context import identity
 from rldbg.trace.events import ARGS, CAT, COUNTER, INSTANT, METHOD, NAME, PH, RANK, ROLE, STEP, TS, instant_event
-from rldbg.trace.spill import decode_events, pack_event
+from rldbg.trace.spill import decode_events, join_packed
 
 STATE_CATS = frozenset(("memory", "ledger", "gpu"))
 
@@ -130,26 +130,23 @@ class Ring:
 
     def __init__(self, n: int, capacity: int):
         self.n, self.capacity = int(n), int(capacity)
-        # (step, ts, whether it is a state event, the event packed): a window held for days stays out
-        # of the garbage collector's sight (rldbg.trace.spill.pack_event), as the recorder's buffer does.
-        self.events: deque = deque()
+        self.events: deque = deque()   # (step, ts, a state event?, the event packed: spill.pack_event)
         self.steps = _Steps()
         self.newest: int | None = None
         self.job_step: int | None = None   # the job's newest step, as the collector last said
 
-    def add(self, events, packed: list | None = None) -> None:
-        """`events` join the ring; `packed`: the same events as pack_event made them (else packed here)."""
-        if packed is None:
-            packed = [pack_event(ev) for ev in events]
-        append = self.events.append
+    def add(self, packed: list) -> tuple:
+        """Events packed as the recorder buffers them (spill.pack_event) join the ring; returns them decoded."""
+        events = decode_events(join_packed(packed), tuples=True)
         for ev, p in zip(events, packed):
             s = self.steps.step_of(ev)
             if s is None:
                 s = self.job_step
             if s is not None and (self.newest is None or s > self.newest):
                 self.newest = s
-            append((s, ev[TS], ev[PH] == COUNTER and ev[CAT] in STATE_CATS and bool(ev[ARGS]), p))
+            self.events.append((s, ev[TS], ev[PH] == COUNTER and ev[CAT] in STATE_CATS and bool(ev[ARGS]), p))
         self._prune()
+        return events
 
     def _prune(self) -> None:
         ring, remember = self.events, self.steps.remember
@@ -158,9 +155,8 @@ class Ring:
         # Beyond the capacity the oldest events go first.
         while ring and (len(ring) > self.capacity or (oldest is not None and ring[0][1] < since
                                                       and (ring[0][0] is None or ring[0][0] < oldest))):
-            _, _, state, p = ring.popleft()
-            if state:
-                remember(decode_events(p, tuples=True))
+            if (gone := ring.popleft())[2]:   # a state event: the newest of its series is kept
+                remember(decode_events(gone[3], tuples=True))
 
     def window(self, upto: int | None = None) -> list:
         """The n steps ending at step `upto` (the newest here when None), opened by the state of the
