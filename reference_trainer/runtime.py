@@ -5,11 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-# Ray binds to the machine's interface address unless this is off and the node IP is
-# loopback; it must be set before Ray starts any process (see FACTS: Ray binding).
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-
-import ray  # noqa: E402
+import ray   # kept on loopback for an embedded cluster by reference_trainer/__init__.py
 
 
 def start_ray(num_cpus: int) -> bool:

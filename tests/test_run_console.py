@@ -52,7 +52,9 @@ def _step(hub: HubClient):
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("console")
     home = tmp / "home"
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
+    # A user's shell: no cluster named, and none of the Ray switches this session sets (conftest.py).
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
     env.update(RLDBG_HOME=str(home), PYTHONUNBUFFERED="1")
     console = tmp / "console.txt"
     with open(console, "w") as out:
@@ -94,7 +96,7 @@ def run(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    return {"info": info, "hub_pid": found["pid"], "console": console.read_text(),
+    return {"info": info, "hub_pid": found["pid"], "console": console.read_text(), "run_dir": tmp / "run",
             "top": (top.returncode, top_out, top_err, top_s)}
 
 
@@ -121,3 +123,16 @@ def test_top_once_waits_for_a_slow_hub_and_says_what_it_waited_for(run):
 def test_the_demo_prints_no_deprecation_warning(run):
     text = run["console"]
     assert "FutureWarning" not in text and "deprecated" not in text, text[-4000:]
+
+
+def test_the_demo_keeps_its_cluster_and_collector_on_loopback(run):
+    """Ray binds to the machine's interface address unless a switch is set before anything imports it
+    (FACTS: Ray binding); the trainer sets it as its package loads, so the embedded cluster, and the
+    trace collector that listens on the driver node's address, stay on 127.0.0.1."""
+    import sqlite3
+    conn = sqlite3.connect(run["run_dir"] / "trace.rldbg.db")
+    try:
+        ips = {ip for (ip,) in conn.execute("SELECT node_ip FROM processes")}
+    finally:
+        conn.close()
+    assert ips == {"127.0.0.1"}, ips
