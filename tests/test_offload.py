@@ -90,3 +90,17 @@ def test_an_empty_group_and_a_second_offload_are_no_ops(tmp_path):
     assert off.offload("g", t) == 0    # already offloaded
     assert off.reload("g") == 400 and torch.equal(t[0], torch.ones(100))
     assert off.reload("g") == 0
+
+
+def test_the_optimizer_state_listing_follows_the_first_step_and_a_state_load():
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    assert optimizer_tensors(opt) == []
+    _step(model, opt, 0)
+    moments = [t for entry in opt.state.values() for k, t in entry.items() if k != "step"]
+    assert [id(t) for t in optimizer_tensors(opt)] == [id(t) for t in moments] and moments
+    saved = copy.deepcopy(opt.state_dict())
+    opt.load_state_dict(saved)   # new state tensors: the listing must name them, not the old ones
+    fresh = [t for entry in opt.state.values() for k, t in entry.items() if k != "step"]
+    assert [id(t) for t in optimizer_tensors(opt)] == [id(t) for t in fresh]
+    assert not {id(t) for t in fresh} & {id(t) for t in moments}

@@ -263,17 +263,20 @@ class ActorRolloutRefWorker(Worker):
         """Bytes by category on the compute device (what an offload moves to the host leaves it);
         with `only`, just those categories (a transition reports what it declares)."""
         # Lists kept from init_model: walking the module tree for its parameters costs more than
-        # the counting, and an offload swaps a parameter's storage, never the parameter.
-        dev, params, ref = self.device, self._params, self._ref_params
-        measure = {
-            "params": lambda: ops.tensor_bytes(params, dev),
-            "grads": lambda: ops.tensor_bytes(ops.grads(params), dev),
-            "optimizer": lambda: ops.tensor_bytes(ops.optimizer_tensors(self.optimizer), dev),
-            "ref_params": lambda: ops.tensor_bytes(ref, dev),
-        }
-        ledger = {k: f() for k, f in measure.items() if only is None or k in only}
-        if only is None or not only <= measure.keys():
-            ledger.update((k, v) for k, v in self.rollout.memory_ledger(only).items() if only is None or k in only)
+        # the counting, and an offload swaps a parameter's storage, never the parameter. Plain
+        # branches: a traced run asks at every transition, on the training thread.
+        dev, ledger = self.device, {}
+        want = (lambda category: True) if only is None else only.__contains__
+        if want("params"):
+            ledger["params"] = ops.tensor_bytes(self._params, dev)
+        if want("grads"):
+            ledger["grads"] = ops.tensor_bytes(ops.grads(self._params), dev)
+        if want("optimizer"):
+            ledger["optimizer"] = ops.tensor_bytes(ops.optimizer_tensors(self.optimizer), dev)
+        if want("ref_params"):
+            ledger["ref_params"] = ops.tensor_bytes(self._ref_params, dev)
+        if only is None or not only <= _OWN:
+            ledger.update((k, v) for k, v in self.rollout.memory_ledger(only).items() if want(k))
         return ledger
 
     def _report_ledger(self, only=None) -> None:
@@ -290,6 +293,9 @@ class ActorRolloutRefWorker(Worker):
             yield
             if frees or loads:
                 self._report_ledger(set(frees) | set(loads))
+
+
+_OWN = frozenset({"params", "grads", "optimizer", "ref_params"})   # the rest is the rollout engine's
 
 
 def _rss_bytes() -> int:

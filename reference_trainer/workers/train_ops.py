@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+import weakref
 from typing import Callable, Iterator
 
 import torch
@@ -165,6 +166,19 @@ def grads(params) -> Iterator[torch.Tensor]:
     return filter(_not_none, map(_grad, params))
 
 
+_listed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # optimizer -> (state, its size, tensors)
+
+
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    return [v for state in optimizer.state.values() for v in state.values()
-            if isinstance(v, torch.Tensor) and v.numel() > 1]
+    """The optimizer's per-parameter state tensors (Adam's moments; not its 0-d step counters).
+    Listed again only when the state changes shape: a parameter's first step adds its entry, and
+    load_state_dict replaces the whole dict. In between the same tensor objects stay (updates are
+    in place and an offload swaps .data), and a traced run counts them at every transition, on
+    the training thread, where walking the dicts cost more than counting the bytes."""
+    state = optimizer.state
+    seen = _listed.get(optimizer)
+    if seen is None or seen[0] is not state or seen[1] != len(state):
+        tensors = [v for entry in state.values() for v in entry.values()
+                   if isinstance(v, torch.Tensor) and v.dim() > 0]
+        seen = _listed[optimizer] = (state, len(state), tensors)
+    return seen[2]

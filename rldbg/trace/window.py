@@ -18,7 +18,8 @@ from rldbg.context import identity
 from rldbg.trace.events import ARGS, CAT, COUNTER, INSTANT, METHOD, NAME, PH, RANK, ROLE, STEP, TS, instant_event
 from rldbg.trace.spill import decode_events, join_packed
 
-STATE_CATS = frozenset(("memory", "ledger", "gpu"))
+def is_state(ev) -> bool:   # memory, ledger and GPU samples: each holds until the next of its series
+    return ev[PH] == COUNTER and ev[CAT] in ("memory", "ledger", "gpu") and bool(ev[ARGS])
 
 
 def parse_steps(spec) -> tuple:
@@ -76,7 +77,7 @@ class _Steps:
 
     def remember(self, ev, state: dict | None = None) -> None:
         state = self.state if state is None else state
-        if ev[PH] == COUNTER and ev[CAT] in STATE_CATS and ev[ARGS]:
+        if is_state(ev):
             for series, v in ev[ARGS].items():
                 state[(ev[CAT], ev[NAME], ev[ROLE], ev[RANK], series)] = (ev, v)
 
@@ -144,7 +145,7 @@ class Ring:
                 s = self.job_step
             if s is not None and (self.newest is None or s > self.newest):
                 self.newest = s
-            self.events.append((s, ev[TS], ev[PH] == COUNTER and ev[CAT] in STATE_CATS and bool(ev[ARGS]), p))
+            self.events.append((s, ev[TS], is_state(ev), p))
         self._prune()
         return events
 
@@ -162,14 +163,13 @@ class Ring:
         """The n steps ending at step `upto` (the newest here when None), opened by the state of the
         memory and ledger series at their start. A process not yet at `upto` ships what it has of
         those same steps, not older ones: every process's part of a dump covers the same steps."""
-        if upto is None:
-            upto = self.newest
+        upto = self.newest if upto is None else upto
         lo = None if upto is None else upto - self.n + 1
         state, inside = dict(self.steps.state), []
-        for s, _, is_state, p in self.events:
+        for s, _, holds, p in self.events:
             if lo is not None and (s < lo if s is not None else lo > 1):
                 # an event before any step (s None) is older than a window that starts after step 1
-                if is_state:
+                if holds:
                     self.steps.remember(decode_events(p, tuples=True), state)
             elif s is None or upto is None or s <= upto:
                 inside.append(decode_events(p, tuples=True))
