@@ -51,7 +51,7 @@ if dev is not None:
     print(f"   torch.cuda.mem_get_info()                        {per_call(torch.cuda.mem_get_info):8.1f} µs   (the old edge probe)")
     print(f"   nvml.by_process()                                {per_call(nvml.by_process, 500):8.1f} µs   (the sampler, 10 Hz)")
     print("   sample_full:", {k: f"{v / 2**20:.1f} MiB" for k, v in probes.sample_full().items()})
-    print("   gpus:", [(g.label, g.name, g.uuid) for g in nvml.gpus()])
+    print("   gpus:", [(g.label, g.index, g.uuid) for g in nvml.gpus()])
 EOF
 fi
 

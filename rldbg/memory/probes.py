@@ -19,7 +19,7 @@ import os
 import sys
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_cuda = None   # None: not checked yet; False: no CUDA; else the torch.cuda module
+_reads = None   # None: not known yet; False: no CUDA here; else _allocator()'s reads
 _statm = {"fd": None, "pid": None}
 
 
@@ -35,33 +35,41 @@ def rss_bytes() -> int:
         return 0
 
 
-def _cuda_module():
-    global _cuda
-    if _cuda is None:
-        # Never import torch just to look: a process without torch has no CUDA tensors of ours.
-        torch = sys.modules.get("torch")
-        if torch is None:
-            return None
+def _allocator():
+    """(device index, allocator stats, free and total bytes) readers once CUDA is initialised here,
+    else None: torch's bindings, not the public wrappers whose checks cost µs at each call's edge."""
+    global _reads
+    if _reads is None and (torch := sys.modules.get("torch")) is not None:   # never import it to look
         try:
-            _cuda = torch.cuda if torch.cuda.is_available() else False
+            if torch.cuda.is_initialized():
+                C, cuda = torch._C, torch.cuda
+                _reads = (getattr(C, "_cuda_getDevice", cuda.current_device),
+                          getattr(C, "_cuda_memoryStats", cuda.memory.memory_stats_as_nested_dict),
+                          cuda.mem_get_info)
+            elif not torch.cuda.is_available():
+                _reads = False
         except Exception:
-            _cuda = False
-    return _cuda or None
+            _reads = False
+    return _reads or None
 
 
-def sample() -> dict:
-    """{series: bytes}: rss always; cuda_allocated, cuda_reserved with CUDA. No driver call."""
+def sample(full: bool = False) -> dict:
+    """{series: bytes}: rss always; cuda_allocated, cuda_reserved with CUDA (no driver call); with
+    `full`, see sample_full."""
     out = {"rss": rss_bytes()}
-    cuda = _cuda_module()
-    try:
-        if cuda is not None and cuda.is_initialized():
+    if (reads := _allocator()) is not None:
+        try:
+            device = reads[0]()
             # memory_allocated()/memory_reserved() each flatten and sort the allocator's whole
             # statistics dict; the nested form is one call for both counters.
-            stats = cuda.memory.memory_stats_as_nested_dict(cuda.current_device())
+            stats = reads[1](device)
             out["cuda_allocated"] = stats["allocated_bytes"]["all"]["current"]
             out["cuda_reserved"] = stats["reserved_bytes"]["all"]["current"]
-    except Exception:
-        pass
+            if full:
+                free, total = reads[2](device)
+                out["device_used"] = total - free
+        except Exception:
+            pass
     return out
 
 
@@ -69,13 +77,4 @@ def sample_full() -> dict:
     """sample() plus, with CUDA, device_used: the whole GPU's used bytes, every process together
     (one cudaMemGetInfo). The whole GPU, not this process: a rollout server in another process
     that a transition puts to sleep returns its memory there too."""
-    out = sample()
-    if "cuda_allocated" not in out:
-        return out
-    cuda = _cuda_module()
-    try:
-        free, total = cuda.mem_get_info(cuda.current_device())
-        out["device_used"] = total - free
-    except Exception:
-        pass
-    return out
+    return sample(True)
