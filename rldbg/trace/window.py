@@ -18,6 +18,7 @@ from rldbg.context import identity
 from rldbg.trace.events import ARGS, CAT, COUNTER, INSTANT, METHOD, NAME, PH, RANK, ROLE, STEP, TS, instant_event
 from rldbg.trace.spill import decode_events, join_packed
 
+
 def is_state(ev) -> bool:   # memory, ledger and GPU samples: each holds until the next of its series
     return ev[PH] == COUNTER and ev[CAT] in ("memory", "ledger", "gpu") and bool(ev[ARGS])
 
