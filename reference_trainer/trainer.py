@@ -163,7 +163,7 @@ def _check_cluster(cfg: Config, started: bool) -> None:
     """Impossible resources fail in one line now, not after a placement group's 60 s wait."""
     import ray
 
-    from reference_trainer.config import check_fits
+    from reference_trainer.config_checks import check_fits
     try:
         check_fits(cfg, ray.cluster_resources(), "the Ray cluster")
     except Exception:

@@ -389,7 +389,7 @@ def test_other_bad_config_values_name_the_key_and_what_is_accepted():
             load_config("demo", overrides=[override])
         assert message in str(err.value) and "\n" not in str(err.value), (override, str(err.value))
     # the cluster's own resources, before any placement group waits
-    from reference_trainer.config import check_fits
+    from reference_trainer.config_checks import check_fits
     cfg = load_config("demo")
     with pytest.raises(ConfigError, match=r"needs 1 CPU but the Ray cluster has 0.5"):
         check_fits(cfg, {"CPU": 0.5}, "the Ray cluster")
