@@ -24,7 +24,7 @@ from itertools import repeat, starmap
 from rldbg.context import current
 from rldbg.trace.background import lower_this_thread
 from rldbg.trace.clock import CONNECT_SAMPLES, ClockSync
-from rldbg.trace.spill import decode_events, encode_events, join_packed, pack_event
+from rldbg.trace.spill import encode_events, join_packed, pack_event
 from rldbg.trace.stopflag import StopFlag
 from rldbg.trace.window import Ring, stack_events, trigger_in
 from rldbg.trace.wire import NotSent
@@ -183,7 +183,7 @@ class Shipper:
             batch = self.rec.drain(min(todo, BATCH))
             todo -= len(batch)
             if self.policy is not None:   # step windows: the chosen steps only
-                batch = [pack_event(ev) for ev in self.policy.select(decode_events(join_packed(batch), tuples=True))]
+                batch = self.policy.select(batch)
                 if not batch:
                     continue
             # Packed by each process, not by the collector, which only appends the bytes to the spill and

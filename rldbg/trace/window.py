@@ -16,7 +16,7 @@ from collections import deque
 
 from rldbg.context import identity
 from rldbg.trace.events import ARGS, CAT, COUNTER, INSTANT, METHOD, NAME, PH, RANK, ROLE, STEP, TS, instant_event
-from rldbg.trace.spill import decode_events, join_packed
+from rldbg.trace.spill import decode_events, join_packed, pack_event
 
 
 def is_state(ev) -> bool:   # memory, ledger and GPU samples: each holds until the next of its series
@@ -103,15 +103,15 @@ class StepFilter:
     def wanted(self, step) -> bool:
         return step is not None and any(a <= step <= b for a, b in self.ranges)
 
-    def select(self, events: list) -> list:
+    def select(self, packed: list) -> list:   # a drained batch (spill.pack_event each) -> its chosen part
         out = []
-        for ev in events:
+        for ev, p in zip(decode_events(join_packed(packed), tuples=True), packed):
             keep = self.wanted(self.steps.step_of(ev))
             if keep and not self.inside:
-                out += self.steps.state_events(ev[TS])
+                out += map(pack_event, self.steps.state_events(ev[TS]))
             self.inside = keep
             if keep:
-                out.append(ev)
+                out.append(p)
             else:
                 self.steps.remember(ev)
         return out
