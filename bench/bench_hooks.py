@@ -10,7 +10,7 @@ samples at those edges and the torch and /proc reads behind them, each event's p
 reference trainer's byte-ledger walk. Each wrapper adds the time spent inside it on the main
 thread to a tally; the tallies, the main thread's CPU (schedstat) and its garbage collections
 (gc.callbacks) are read before and after each block. Printed: milliseconds per step, all
-workers summed, untraced -> traced.
+workers summed, untraced -> traced, and how often each hook ran a traced step.
 
 The same code costs several times more here than in a loop of its own: a worker call's edge runs
 right after Ray's task handling or a model's forward pass has evicted its data from the caches.
@@ -60,6 +60,7 @@ def _install() -> int:
     if getattr(inst, "_bench_hooks", None) is not None:
         return os.getpid()
     tally = inst._bench_hooks = collections.Counter()
+    calls = inst._bench_calls = collections.Counter()
     main = threading.main_thread().ident
 
     def timed(name, fn):
@@ -71,6 +72,7 @@ def _install() -> int:
                 return fn(*a, **k)
             finally:
                 tally[name] += time.perf_counter_ns() - t
+                calls[name] += 1
         return wrapper
 
     started = {}
@@ -106,6 +108,7 @@ def _install() -> int:
             t = time.perf_counter_ns()
             self.cm = span(name, **args)
             tally[SPAN] += time.perf_counter_ns() - t
+            calls[SPAN] += 1
 
         def __enter__(self):
             t = time.perf_counter_ns()
@@ -136,7 +139,7 @@ def _install() -> int:
 
 def _read() -> tuple:
     import rldbg.instrument as inst
-    return dict(inst._bench_hooks), schedstat(os.getpid(), os.getpid())
+    return dict(inst._bench_hooks), dict(inst._bench_calls), schedstat(os.getpid(), os.getpid())
 
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the workers get these functions by value
@@ -152,10 +155,12 @@ def main() -> None:
     a = ap.parse_args()
     if a.rounds < 1 or a.steps < 1:
         ap.error(f"--rounds and --steps take a count of 1 or more, got {a.rounds} and {a.steps}")
+    scratch = tempfile.TemporaryDirectory(prefix="rldbg-bench-hooks-")   # run dir and traces, removed at the end
     cfg = load_config("demo", overrides=["trace.enabled=false", "control.enabled=false", "trainer.progress=false",
-                                         f"trainer.run_dir={tempfile.mkdtemp()}", *a.overrides])
+                                         f"trainer.run_dir={scratch.name}/run", *a.overrides])
     ray.init(num_cpus=a.num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     sums, steps = [collections.Counter(), collections.Counter()], [0, 0]
+    calls = collections.Counter()   # traced blocks only: how often each hook ran
     try:
         with DemoSteps(cfg) as run:
             hosts = list({h._actor_id.hex(): h for g in run.groups.values() for h in g.hosts}.values())
@@ -168,23 +173,28 @@ def main() -> None:
                     run.step()
                 after = ray.get([h.__ray_call__.remote(lambda self: _read()) for h in hosts])
                 steps[traced] += a.steps
-                for (t0, cpu0), (t1, cpu1) in zip(before, after):
+                for (t0, n0, cpu0), (t1, n1, cpu1) in zip(before, after):
                     sums[traced].update({k: v - t0.get(k, 0) for k, v in t1.items()})
                     sums[traced][CPU] += cpu1 - cpu0
+                    if traced:
+                        calls.update({k: v - n0.get(k, 0) for k, v in n1.items()})
 
             for r in range(a.rounds):
                 for traced in ((False, True) if r % 2 == 0 else (True, False)):   # which goes first alternates
                     if not traced:
                         block(False)
                         continue
-                    rldbg.trace.start(os.path.join(tempfile.mkdtemp(), "t.json.gz"), memory_hz=a.memory_hz)
+                    rldbg.trace.start(os.path.join(tempfile.mkdtemp(dir=scratch.name), "t.json.gz"),
+                                      memory_hz=a.memory_hz)
                     try:
                         block(True)
                     finally:
                         rldbg.trace.stop(export=False)
     finally:
         ray.shutdown()
-    print(f"ms per step, {len(hosts)} worker process(es) summed, {a.rounds} x {a.steps} steps a side: untraced -> traced")
+        scratch.cleanup()
+    print(f"ms per step, {len(hosts)} worker process(es) summed, {a.rounds} x {a.steps} steps a side: untraced -> traced "
+          f"(difference), and each hook's calls a traced step")
     listed = {name for name, _ in ROWS}
     rest = sorted((set(sums[0]) | set(sums[1])) - listed - {CPU})   # garbage collections, by generation
     for name, depth in [*ROWS, *((k, 0) for k in rest), (CPU, 0)]:
@@ -194,7 +204,8 @@ def main() -> None:
                 print(f"  {label}")
             continue
         u, t = sums[0][name] / steps[0] / 1e6, sums[1][name] / steps[1] / 1e6
-        print(f"  {label:52} {u:8.3f} -> {t:8.3f} ({t - u:+.3f})")
+        n = f"{calls[name] / steps[1]:6.1f}" if calls[name] else ""
+        print(f"  {label:52} {u:8.3f} -> {t:8.3f} ({t - u:+.3f}) {n}")
 
 
 if __name__ == "__main__":

@@ -54,8 +54,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=50, help="repetitions of each step's checks")
     ap.add_argument("--save", action="store_true", help=SAVE_HELP)
     a = ap.parse_args()
+    scratch = tempfile.TemporaryDirectory(prefix="rldbg-bench-sentinel-")   # the run dir, removed at the end
     cfg = load_config("demo", overrides=["trace.enabled=false", "control.enabled=false", "trainer.progress=false",
-                                         f"trainer.run_dir={tempfile.mkdtemp()}"])
+                                         f"trainer.run_dir={scratch.name}"])
     ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     groups = build_role_groups(cfg)
     captured: list = []
@@ -92,6 +93,7 @@ def main() -> None:
     finally:
         shutdown_groups(groups.values())
         ray.shutdown()
+        scratch.cleanup()
     cpu, wall, fastest = statistics.median(cpus), statistics.median(walls), min(walls)
     print(f"steps {a.steps}, checks per step: {len(checks)} outputs, {statistics.median(tensors):.0f} floating tensors")
     print(f"sentinel CPU time per step: {cpu * 1e3:.3f} ms (median; {a.reps} reps each)")

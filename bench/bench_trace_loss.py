@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -123,6 +124,7 @@ def main() -> None:
                 goal="all shipped; collector RSS bounded; stop <= 5 s")
     finally:
         ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)   # two traces of a few hundred thousand events
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Tracing overhead on the reference trainer's demo, measured in one run:
-    python bench/bench_trace_overhead.py [--rounds 4] [--steps 5] [KEY=VALUE ...]
+    python bench/bench_trace_overhead.py [--rounds 4] [--steps 20] [--dump FILE] [KEY=VALUE ...]
+    python bench/bench_trace_overhead.py --pool FILE [FILE ...]   # the rounds of earlier --dump runs together
     python bench/bench_trace_overhead.py --rounds 40 resources.device=cuda resources.n_ranks=1   # a GPU
 
 Builds the demo's worker groups once, then alternates blocks of untraced and traced steps
@@ -11,6 +12,11 @@ several % on a shared machine, so a run's ratio says "met" or "not met" only whe
 lies on one side of the goal (here, 200 steps a side still left the median ratio within ±4%).
 The same steps are also taken as pairs, each traced block beside the untraced block next to it
 (which goes first alternates), resampled by round: drift between rounds then leaves the spread.
+A block is 20 steps: tracing's start and stop around each traced block take ~2-3 s (stop waits
+for every process's next shipping round), so longer blocks buy more timed steps a minute; 30
+rounds of 20 resolved the paired ratio as well as 60 rounds of 5 (±2%) in 60% of the time.
+`--pool` puts the rounds of several runs' dumps together, one paired ratio with its interval:
+runs of the same code on the same machine are more rounds of one experiment.
 
 `--aa` runs the same alternation with neither side traced: its ratios are this machine's noise
 alone, the resolution a run of that length has (on a 2-core VM about ±2.5% for 40 rounds, wider
@@ -27,6 +33,7 @@ keeps both cores busy loses about that share of the machine.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -48,11 +55,13 @@ from reference_trainer.config import load_config  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=5, help="steps per block")
+    ap.add_argument("--steps", type=int, default=20, help="steps per block")
     ap.add_argument("--flush", type=float, default=None, help="flush interval, s (default: rldbg's)")
     ap.add_argument("--aa", action="store_true",
                     help="trace neither side: the ratios then show this machine's noise alone, the bench's resolution")
-    ap.add_argument("--dump", help="write every timed step's record here (JSON)")
+    ap.add_argument("--dump", help="write the rounds' step times and every timed step's record here (JSON)")
+    ap.add_argument("--pool", nargs="+", metavar="DUMP", help="run nothing: the paired ratio of these --dump files' "
+                                                              "rounds together")
     ap.add_argument("--memory-hz", type=float, default=10.0)
     ap.add_argument("--idle-seconds", type=float, default=4.0, help="length of each idle window")
     ap.add_argument("--idle-rounds", type=int, default=3, help="untraced/traced idle window pairs")
@@ -62,8 +71,20 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                     help="demo config overrides, e.g. resources.device=cuda resources.n_ranks=1 on a GPU")
     a = ap.parse_args()
+    if a.pool:
+        return pool(ap, a.pool)
+    if a.rounds < 1 or a.steps < 1:
+        ap.error(f"--rounds and --steps take a count of 1 or more, got {a.rounds} and {a.steps}")
+    if a.dump and not os.path.isdir(os.path.dirname(os.path.abspath(a.dump))):
+        ap.error(f"--dump {a.dump!r}: its folder does not exist (the dump is written at the end of the run)")
+    with tempfile.TemporaryDirectory(prefix="rldbg-bench-overhead-") as scratch:   # run dir and traces, removed at the end
+        a.scratch = scratch
+        measure(a)
+
+
+def measure(a) -> None:
     cfg = load_config("demo", overrides=["trace.enabled=false", "control.enabled=false", "trainer.progress=false",
-                                         f"trainer.run_dir={tempfile.mkdtemp()}", *a.overrides])
+                                         f"trainer.run_dir={a.scratch}/run", *a.overrides])
     ray.init(num_cpus=a.num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     # The project's goals: a traced step within 1% of an untraced one on a CPU, 2% on a GPU.
     on_gpu = cfg.resources.device == "cuda" or (cfg.resources.device == "auto" and ray.cluster_resources().get("GPU"))
@@ -73,7 +94,7 @@ def main() -> None:
         with DemoSteps(cfg) as run:
             step_ratio(run, a)
             if not a.aa:
-                standing_cost(run.step, a.memory_hz, a.idle_seconds, a.idle_rounds, a.flush)
+                standing_cost(run.step, a.memory_hz, a.idle_seconds, a.idle_rounds, a.flush, a.scratch)
     finally:
         ray.shutdown()
 
@@ -102,7 +123,7 @@ def step_ratio(run: DemoSteps, a) -> None:
             t0 = time.perf_counter()
             rec = run.step()
             out.append(time.perf_counter() - t0)
-            steps.append({"traced": traced, "s": out[-1], **{k: v for k, v in rec.items() if isinstance(v, (int, float))}})
+            steps.append({"round": a.round, "traced": traced, "s": out[-1], **{k: v for k, v in rec.items() if isinstance(v, (int, float))}})
         used, on_main = cpu_since(c0), cpu_since(m0, main_thread_ns)
         cpu.append((traced, sum(used.values())))
         for label, ns in used_by_label(mine, t0_own).items():
@@ -115,6 +136,7 @@ def step_ratio(run: DemoSteps, a) -> None:
             by_main[traced][name] = by_main[traced].get(name, 0) + ns
         return out
 
+    a.round = None
     block()  # warm-up: first calls pay for imports and allocations
     for kept in (cpu, waits, steps, by_proc[0], by_main[0]):   # the warm-up block counts in no figure
         kept.clear()
@@ -125,7 +147,8 @@ def step_ratio(run: DemoSteps, a) -> None:
     def traced_block() -> list[float]:
         if a.aa:   # the control: the "traced" side untraced too, so its ratio is the machine's noise alone
             return block(traced=True)
-        rldbg.trace.start(os.path.join(tempfile.mkdtemp(), "overhead.json.gz"), memory_hz=a.memory_hz, **extra)
+        rldbg.trace.start(os.path.join(tempfile.mkdtemp(dir=a.scratch), "overhead.json.gz"), memory_hz=a.memory_hz,
+                          **extra)
         try:
             return block(traced=True)
         finally:
@@ -133,6 +156,7 @@ def step_ratio(run: DemoSteps, a) -> None:
 
     rounds = []   # (untraced steps, traced steps) measured next to each other
     for r in range(a.rounds):
+        a.round = r
         # Which side goes first alternates: a machine speeding up or slowing down within the
         # run then favours neither.
         if r % 2:
@@ -141,9 +165,8 @@ def step_ratio(run: DemoSteps, a) -> None:
         else:
             rounds.append((block(), traced_block()))
     if a.dump:
-        import json
         with open(a.dump, "w") as f:
-            json.dump(steps, f)
+            json.dump({"goal": a.goal, "steps_per_block": a.steps, "rounds": rounds, "steps": steps}, f)
     off = [x for o, _ in rounds for x in o]
     on = [x for _, t in rounds for x in t]
     m_off, m_on = statistics.median(off), statistics.median(on)
@@ -257,7 +280,7 @@ def _window(seconds: float) -> dict:
     return {name: ns / seconds / 1e6 for name, ns in cpu_since(a).items()}
 
 
-def standing_cost(one_step, memory_hz: float, seconds: float, rounds: int, flush) -> None:
+def standing_cost(one_step, memory_hz: float, seconds: float, rounds: int, flush, scratch: str) -> None:
     """Tracing's CPU per second with the job idle: alternating untraced and traced windows; one
     step before each window (outside it) so the workers have looked up the collector, or gone
     quiet after a stop, before it is measured. An actor that does nothing runs through every
@@ -271,7 +294,7 @@ def standing_cost(one_step, memory_hz: float, seconds: float, rounds: int, flush
         time.sleep(0.5)
         off.append(_window(seconds))
         extra = {} if flush is None else {"flush_interval": flush}
-        rldbg.trace.start(os.path.join(tempfile.mkdtemp(), "standing.json.gz"), memory_hz=memory_hz, **extra)
+        rldbg.trace.start(os.path.join(tempfile.mkdtemp(dir=scratch), "standing.json.gz"), memory_hz=memory_hz, **extra)
         try:
             one_step()
             time.sleep(1.0)   # the collector's start-up and the workers' connect round are not standing costs
@@ -307,6 +330,31 @@ class IdleActor:
 def paired_ratio(rounds: list) -> float:
     """Traced time over untraced time, summed over the rounds given."""
     return sum(sum(t) for _, t in rounds) / sum(sum(o) for o, _ in rounds)
+
+
+def pool(ap, paths: list) -> None:
+    """The paired ratio of each dump and of all their rounds together (resampled as pairs)."""
+    runs = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                d = json.load(f)
+            runs.append((path, float(d["goal"]), [(list(o), list(t)) for o, t in d["rounds"]]))
+            if not runs[-1][2] or not all(o and t for o, t in runs[-1][2]):
+                raise ValueError("no rounds, or a round without steps")
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            ap.error(f"--pool {path!r}: not a dump of this bench ({type(e).__name__}: {e}); write one with --dump FILE")
+    goals = {goal for _, goal, _ in runs}
+    if len(goals) != 1:
+        ap.error(f"--pool: the dumps measured against different goals {sorted(goals)} (a CPU run and a GPU run?)")
+    goal = goals.pop()
+    for path, _, rounds in runs:
+        lo, hi = interval(rounds, paired_ratio)
+        print(f"{path}: {len(rounds)} rounds, paired {paired_ratio(rounds):.3f}, 90% interval {lo:.3f} .. {hi:.3f}")
+    every = [r for _, _, rounds in runs for r in rounds]
+    lo, hi = interval(every, paired_ratio)
+    print(f"pooled, {len(every)} rounds of {len(runs)} runs resampled as pairs: paired {paired_ratio(every):.3f}, "
+          f"90% interval {lo:.3f} .. {hi:.3f}; goal <= {goal}: {verdict(lo, hi, goal, at_least=False)}")
 
 
 if __name__ == "__main__":

@@ -45,8 +45,11 @@ SKIP = 2  # first steps left out of means: allocator, thread pools and caches wa
 PHASES = ("rollout", "reward", "log_prob", "advantage", "update_critic", "update_actor", "step")
 
 
+_SCRATCH = tempfile.TemporaryDirectory(prefix="rldbg-bench-trainer-")   # every run dir, removed at exit
+
+
 def demo_config(*overrides: str):
-    run_dir = tempfile.mkdtemp(prefix="bench-trainer-")
+    run_dir = tempfile.mkdtemp(dir=_SCRATCH.name)
     base = ["trace.enabled=false", "trainer.progress=false", f"trainer.run_dir={run_dir}"]
     return load_config("demo", overrides=base + list(overrides))
 

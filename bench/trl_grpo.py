@@ -51,6 +51,9 @@ class StepClock(TrainerCallback):
             self.completion_tokens.append(float(logs["completions/mean_length"]) * self.batch)
 
 
+_SCRATCH = tempfile.TemporaryDirectory(prefix="rldbg-bench-trl-")   # TRL's output dirs, removed at exit
+
+
 def demo_dataset(task, n_steps: int, prompts_per_step: int, seed: int) -> Dataset:
     """Rows in step order, drawn exactly as reference_trainer.data.PromptSource draws them;
     with shuffle_dataset=False TRL's sampler takes them in that order, prompts_per_step at a time."""
@@ -76,7 +79,7 @@ def run_trl_grpo(cfg, steps: int, threads: int, between=None) -> StepClock:
     batch = cfg.data.prompts_per_step * cfg.data.group_size
     a = cfg.actor
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-grpo-"),
+        output_dir=tempfile.mkdtemp(dir=_SCRATCH.name),
         use_cpu=True, bf16=False, report_to="none", save_strategy="no", disable_tqdm=True,
         logging_steps=1, max_steps=steps, seed=cfg.trainer.seed, dataloader_pin_memory=False,
         # One generation batch of prompts_per_step × group_size completions = one optimizer step,
