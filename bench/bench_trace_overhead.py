@@ -19,8 +19,8 @@ rounds of 20 resolved the paired ratio as well as 60 rounds of 5 (±2%) in 60% o
 runs of the same code on the same machine are more rounds of one experiment.
 
 `--aa` runs the same alternation with neither side traced: its ratios are this machine's noise
-alone, the resolution a run of that length has (on a 2-core VM about ±2.5% for 40 rounds, wider
-than the 1% goal; about ±1.5% for 120 rounds). Each block also reports how long the training processes' main threads waited
+alone, the resolution a run of that length has (on a 2-core VM, with 5-step blocks, about ±2.5% for
+40 rounds, wider than the 1% goal; about ±1.5% for 120 rounds). Each block also reports how long the training processes' main threads waited
 for a core, and tracing's own CPU measured on its threads (bench/tracing_threads.py), which
 resolves where the step ratio cannot.
 
@@ -353,7 +353,7 @@ def pool(ap, paths: list) -> None:
         print(f"{path}: {len(rounds)} rounds, paired {paired_ratio(rounds):.3f}, 90% interval {lo:.3f} .. {hi:.3f}")
     every = [r for _, _, rounds in runs for r in rounds]
     lo, hi = interval(every, paired_ratio)
-    print(f"pooled, {len(every)} rounds of {len(runs)} runs resampled as pairs: paired {paired_ratio(every):.3f}, "
+    print(f"pooled, {len(every)} rounds of {len(runs)} run{'s' if len(runs) > 1 else ''} resampled as pairs: paired {paired_ratio(every):.3f}, "
           f"90% interval {lo:.3f} .. {hi:.3f}; goal <= {goal}: {verdict(lo, hi, goal, at_least=False)}")
 
 

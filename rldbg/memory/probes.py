@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _reads = None   # None: not known yet; False: no CUDA here; else _allocator()'s reads
 _statm = {"fd": None, "pid": None}
+LAST_NS = [0]   # time.monotonic_ns() of this process's newest sample, the hooks' or the sampler's
 
 
 def rss_bytes() -> int:
@@ -56,7 +58,7 @@ def _allocator():
 def sample(full: bool = False) -> dict:
     """{series: bytes}: rss always; cuda_allocated, cuda_reserved with CUDA (no driver call); with
     `full`, see sample_full."""
-    out = {"rss": rss_bytes()}
+    out, LAST_NS[0] = {"rss": rss_bytes()}, time.monotonic_ns()
     if (reads := _allocator()) is not None:
         try:
             device = reads[0]()

@@ -1,10 +1,10 @@
-"""Background memory sampler: one daemon thread per traced process at a fixed rate.
+"""Background memory sampler: one daemon thread per traced process, a sample at least every period.
 
-Each tick records the process's full memory sample (rldbg.memory.probes.sample_full: the device's
-view included; gpu_process, this process's own bytes by NVML) and, for each GPU the process uses,
-a counter "<gpu> memory" with the GPU's used and total bytes and a series per process NVML sees on
-it ("pid 1234"): a rollout server or a stranger on the GPU shows up there, not only the ranks that
-trace. NVML is asked here, off the training thread, never at a call's edges.
+Each tick records the full sample (probes.sample_full: the device's view; gpu_process, this
+process's own bytes by NVML) and, per GPU the process uses, a counter "<gpu> memory": used and
+total bytes and a series per process NVML sees on it ("pid 1234"), so a rollout server or a
+stranger shows up, not only the ranks that trace. NVML is asked here, never at a call's edges. A
+process without a GPU skips a tick where its hooks sampled it within the period (a busy worker).
 
 It is handed the function that records an event (rldbg.trace.runtime.emit) instead of importing
 the tracing runtime, which starts it: no import circle."""
@@ -15,8 +15,7 @@ import threading
 import time
 
 from rldbg.context import current, identity
-from rldbg.memory import nvml
-from rldbg.memory.probes import sample_full
+from rldbg.memory import nvml, probes
 from rldbg.trace.background import lower_this_thread
 from rldbg.trace.events import GPU, counter_event, memory_event
 from rldbg.trace.stopflag import StopFlag
@@ -31,10 +30,15 @@ class Sampler:
 
     def _run(self) -> None:
         lower_this_thread()   # weighs less than training with the scheduler: rldbg/trace/background.py
+        period_ns = int(self.period * 1e9)
         while not self._stop.wait(self.period):
+            # Without a GPU (whose per-process bytes come from here only) a tick adds nothing where the
+            # hooks sampled within the period, as at a busy worker's call edges: the series has its point.
+            if probes._allocator() is None and time.monotonic_ns() - probes.LAST_NS[0] < period_ns:
+                continue
             who, now = identity(), time.time_ns()
             role, step = who.roles[0], current().step
-            m = sample_full()
+            m = probes.sample_full()
             gpus = nvml.by_process() if "cuda_allocated" in m else ()
             if gpus:
                 m["gpu_process"] = sum(procs.get(self.pid, 0) for _, _, _, procs in gpus)
@@ -46,8 +50,3 @@ class Sampler:
     def stop(self) -> None:
         self._stop.set()
         self._t.join(timeout=2)
-
-
-def start_sampler(hz: float, emit) -> Sampler | None:
-    """A sampler recording through `emit(event)` `hz` times a second; None when hz <= 0."""
-    return Sampler(hz, emit) if hz > 0 else None

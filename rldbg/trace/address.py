@@ -47,10 +47,8 @@ def find_all() -> dict:
 
 
 def _entry(raw) -> dict | None:
-    if not raw:
-        return None
     try:
-        entry = json.loads(raw)
+        entry = json.loads(raw) if raw else None
     except ValueError:
         return None
     return entry if isinstance(entry, dict) and entry.get("address") and entry.get("token") else None

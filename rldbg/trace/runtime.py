@@ -16,7 +16,7 @@ import time
 # the job begins, which is when every other node's runtime-env agent unpacks the job's working
 # directory; on nodes sharing one machine (ray.cluster_utils, `ray start` twice) that replaces the
 # directory the driver imports from for a moment, and a lazy import there failed.
-from rldbg.memory.sampler import start_sampler
+from rldbg.memory.sampler import Sampler
 from rldbg.trace import address
 from rldbg.trace.recorder import OTHER_SESSION, Recorder, Shipper
 
@@ -58,7 +58,8 @@ def attach(link, config: dict, is_driver: bool = False) -> None:
                                 relookup=None if is_driver else functools.partial(_connect, config.get("origin_ns")),
                                 node=_node(), policy=_policy(config))
         STATE.config, STATE.is_driver = config, is_driver
-        STATE.sampler = start_sampler(float(config.get("memory_hz", 0.0)), emit)
+        hz = float(config.get("memory_hz", 0.0))
+        STATE.sampler = Sampler(hz, emit) if hz > 0 else None   # 0 Hz: no sampler
         STATE.on = True
 
 
