@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -48,7 +47,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import ray  # noqa: E402
 
 import rldbg.trace  # noqa: E402
-from bootstrap import interval, ratio_interval, verdict  # noqa: E402
+from bootstrap import grouped_interval, interval, ratio_interval, verdict  # noqa: E402
 from demo_steps import DemoSteps  # noqa: E402
 from tracing_threads import RUN_DELAY, cpu_ns, schedstat, tracing_threads, used_by_label  # noqa: E402
 from reference_trainer.config import load_config  # noqa: E402
@@ -357,10 +356,7 @@ def pool(ap, paths: list) -> None:
     # Each run's rounds are resampled within it (every run keeps its weight). The interval is the
     # rounds' scatter; a difference between runs (the machine's state that day) is not in it, so
     # read it beside the runs' own figures above.
-    rng, draws = random.Random(0), 2000
-    vals = sorted(paired_ratio([r for _, _, rounds in runs for r in rng.choices(rounds, k=len(rounds))])
-                  for _ in range(draws))
-    lo, hi = vals[int(0.05 * draws)], vals[int(0.95 * draws) - 1]
+    lo, hi = grouped_interval([rounds for _, _, rounds in runs], paired_ratio)
     print(f"pooled, {len(every)} rounds of {len(runs)} run{'s' if len(runs) > 1 else ''}, resampled as pairs within "
           f"their runs: paired {paired_ratio(every):.3f}, 90% interval {lo:.3f} .. {hi:.3f}; goal <= {goal}: "
           f"{verdict(lo, hi, goal, at_least=False)}")

@@ -14,8 +14,14 @@ import statistics
 
 def interval(items: list, fn, draws: int = 2000, seed: int = 0) -> tuple[float, float]:
     """5th and 95th percentiles of fn(resample of items)."""
+    return grouped_interval([items], fn, draws, seed)
+
+
+def grouped_interval(groups: list, fn, draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """5th and 95th percentiles of fn(every group resampled within itself, joined): runs that each
+    keep their weight, whatever their rounds' scatter."""
     rng = random.Random(seed)
-    vals = sorted(fn(rng.choices(items, k=len(items))) for _ in range(draws))
+    vals = sorted(fn([x for g in groups for x in rng.choices(g, k=len(g))]) for _ in range(draws))
     return vals[int(0.05 * draws)], vals[int(0.95 * draws) - 1]
 
 
