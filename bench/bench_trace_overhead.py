@@ -21,7 +21,8 @@ experiment, though a difference between the runs themselves is not in that inter
 
 `--aa` runs the same alternation with neither side traced: its ratios are this machine's noise
 alone, the resolution a run of that length has (on a 2-core VM, with 5-step blocks, about ±2.5% for
-40 rounds, wider than the 1% goal; about ±1.5% for 120 rounds). Each block also reports how long the training processes' main threads waited
+40 rounds, wider than the 1% goal; about ±1.5% for 120 rounds; 30 rounds of 20 steps once gave
+0.986 (0.968-1.006) paired, neither side traced). Each block also reports how long the training processes' main threads waited
 for a core, and tracing's own CPU measured on its threads (bench/tracing_threads.py), which
 resolves where the step ratio cannot.
 
