@@ -48,6 +48,25 @@ def test_round_trip_through_the_collector_with_rotation(tmp_path, monkeypatch):
     assert [b["events"] for b in batches if b.get("pid") == 8] == [extra]
 
 
+def test_once_stop_asked_a_batch_that_leaves_nothing_behind_is_kept_and_answered_closed(tmp_path):
+    """stop() sets closing_ns: a sender whose batch empties its buffer hears "closed" (-1) in that
+    answer, its events kept; one that still has events pending is answered as usual, so it ships
+    them; after close(), batches are refused and not written."""
+    spill = str(tmp_path / "t.spill")
+    c = Collector(spill, {"origin_ns": 1, "job_id": "j"})
+    first, rest, late = _events(2), _events(3), _events(1)
+    c.closing_ns = 5
+    assert c.ingest({"pid": 7, "host": "h", "n": len(first), "pending": len(rest)}, encode_events(first)) == len(first)
+    assert c.ingest({"pid": 7, "host": "h", "n": len(rest), "pending": 0}, encode_events(rest)) == -1
+    assert c.ingest({"pid": 8, "host": "h", "pending": 0}, b"") == -1   # an idle process's heartbeat
+    assert c.ingest({"pid": 9, "host": "h", "final": True}, b"") == 0    # a process that exited
+    assert c.all_told_closed()
+    c.close()
+    assert c.ingest({"pid": 7, "host": "h", "n": len(late), "pending": 0}, encode_events(late)) == -1
+    got = [b["events"] for b in iter_batches(spill) if b.get("pid") == 7]
+    assert got == [[list(e) for e in first], [list(e) for e in rest]]
+
+
 def test_types_json_cannot_pack_travel_as_text(tmp_path):
     class Odd:
         def __str__(self):

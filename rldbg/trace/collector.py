@@ -39,7 +39,7 @@ class Collector:
     def __init__(self, spill_dir: str, meta: dict):
         self._lock = threading.RLock()
         self.meta = meta
-        self.closed = False
+        self.closed, self.closing_ns = False, 0   # closing_ns: when stop() asked for the last events (ingest)
         # The flight recorder (meta["window"]) writes nothing until a trigger: no spill of the whole
         # run, only each dump's (rldbg.trace.flight).
         window = meta.get("window")
@@ -96,8 +96,9 @@ class Collector:
             while self.n_live - self.live[0][1] >= LIVE_KEEP:
                 self.n_live -= self.live.popleft()[1]
             self.last_ingest_ns = time.time_ns()
-        if self.dumps is None:
-            return n
+        if self.dumps is None:   # once stop() asked, a sender with nothing left hears "closed" at once
+            p["told_closed"] = told = bool(self.closing_ns) and not p["pending"] and not p["final"]
+            return -1 if told else n
         if meta.get("step") is not None:
             p["step"] = meta["step"]
             newest = self.dumps.newest_step

@@ -39,8 +39,7 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
           hang_s: float = 60.0) -> str:
     """Begin tracing this Ray job; returns the spill directory. torch.profiler traces in
     `profile_dir` are merged into the exported trace. Each process ships its events every
-    `flush_interval` s (on 2 busy cores 0.1 s cost ≈ 8% of a demo step, 1 s is within noise:
-    bench/bench_trace_overhead.py); a crash loses at most that much. `steps` ("100-110,500"):
+    `flush_interval` s; a crash loses at most that much. `steps` ("100-110,500"):
     record only those steps. `window` N > 0: the flight recorder (rldbg.trace.flight), the last N
     steps in memory, written only on a trigger as <dir of path>/flight-<step>-<reason>.json.gz; a
     call then counts as hung once it has run 10 times its method's median and at least `hang_s`."""
@@ -163,7 +162,7 @@ def stop(export: bool = True, settle_s: float = 3.0, reason: str | None = None, 
     collector, server = _session["collector"], _session["server"]
     _last_losses = None
     try:
-        asked = time.time_ns()
+        asked = collector.closing_ns = time.time_ns()
         hard_deadline = time.monotonic() + MAX_SETTLE_S
         runtime.detach(flush=True)
         # Every live process ships (or heartbeats) each interval: wait until each has reported
@@ -182,8 +181,8 @@ def stop(export: bool = True, settle_s: float = 3.0, reason: str | None = None, 
             backlog = left
             time.sleep(min(interval, 0.2))
         _last_losses = collector.close(asked).get("losses")
-        # Before the listener goes: each live process's next heartbeat hears "closed" and detaches
-        # at once, so the first events of a later trace are not spent on this one.
+        # Every live process hears "closed" before the listener goes (most in answer to their settling
+        # batch: Collector.closing_ns), so the first events of a later trace are not spent on this one.
         until = time.monotonic() + interval + 0.5
         while time.monotonic() < until and not collector.all_told_closed():
             time.sleep(min(interval, 0.1))
