@@ -91,3 +91,25 @@ def test_worker_call_labels_and_restores_the_context_off_and_on(tracing_state):
     inside = [e for e in evs if e.name == "inside"][0]
     assert (inside.role, inside.rank, inside.step, inside.method) == ("actor", 1, 3, "update")
     assert [e.name for e in evs if e.cat == "memory"] == ["memory", "memory"]   # before and after
+
+
+def test_what_a_caller_hands_a_hook_is_recorded_as_it_was_when_the_hook_ran(tracing_state):
+    """Events are packed as they are recorded, so what a driver call's result and shards or a
+    transition's own keyword values were then is what the trace says, whatever the caller does
+    with those objects afterwards (and buffered events are bytes, never tuples and dicts that
+    would reach the garbage collector's old generation: bench_hooks.py's rows)."""
+    rec = tracing_state()
+    result, shards, phases = {"loss": 1.0}, [{"rows": 4, "keys": []}], ["offload"]
+    call = ri.call_begin("actor", "update", "DP_COMPUTE_PROTO", 1, step=2)
+    ri.call_dispatched(call, shards)
+    ri.call_collected(call, result)
+    with ri.transition("optimizer_to_host", frees=("optimizer",), phases=phases):
+        phases.append("in place")
+    result["loss"], shards[0]["rows"] = float("nan"), 0
+    phases.append("after")
+    assert all(type(e) is bytes for e in rec.buf)
+    evs = _held(rec)
+    driver = next(e for e in evs if e.cat == "call")
+    assert driver.args["result"] == {"loss": 1.0} and driver.args["shards"][0]["rows"] == 4
+    span = next(e for e in evs if e.cat == "transition")
+    assert span.args["phases"] == ["offload", "in place"] and span.args["frees"] == ["optimizer"]

@@ -3,6 +3,7 @@ master address, and the device it computes on. Several workers (roles) can share
 process; they share that process's torch.distributed default group."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -33,8 +34,9 @@ class Worker:
     def world_size(self) -> int:
         return self.info.world_size
 
-    @property
+    @functools.cached_property
     def device(self):
+        """Built once: every method asks for it, a traced run's ledger at every transition."""
         import torch
 
         return torch.device("cuda", 0) if self.info.device == "cuda" else torch.device("cpu")

@@ -155,9 +155,13 @@ def tensor_bytes(tensors, device: torch.device | None = None) -> int:
     offload to the host takes off the GPU leaves the ledger's GPU figure, as it leaves the GPU).
     Traced runs count a few hundred tensors at every transition on the training thread: map and
     filter with attribute getters visit each at C speed, about 4x faster than a generator."""
+    if device is not None and not isinstance(device, torch.device):
+        device = torch.device(device)   # only then: building one costs more than counting a small model's tensors
+    on_gpu = device is not None and device.type == "cuda"
+    if not torch.cuda.is_initialized():   # no tensor of this process is on a GPU: none to ask
+        return 0 if on_gpu else sum(map(_nbytes, tensors))
     if device is None:
         return sum(map(_nbytes, tensors))
-    on_gpu = torch.device(device).type == "cuda"
     return sum(map(_nbytes, (filter if on_gpu else itertools.filterfalse)(_is_cuda, tensors)))
 
 

@@ -21,20 +21,22 @@ import time
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _reads = None   # None: not known yet; False: no CUDA here; else _allocator()'s reads
-_statm = {"fd": None, "pid": None}
+_statm = {"fd": None}   # /proc/self/statm kept open: a pread costs a few µs, an open/read/close more
 LAST_NS = [0]   # time.monotonic_ns() of this process's newest sample, the hooks' or the sampler's
 
 
 def rss_bytes() -> int:
-    # A kept-open descriptor read with pread costs a few µs instead of an open/read/close;
-    # reopened after fork (Ray workers are forked from a shared parent).
     try:
-        pid = os.getpid()
-        if _statm["pid"] != pid:
-            _statm["fd"], _statm["pid"] = os.open("/proc/self/statm", os.O_RDONLY), pid
-        return int(os.pread(_statm["fd"], 128, 0).split()[1]) * _PAGE
+        if (fd := _statm["fd"]) is None:
+            fd = _statm["fd"] = os.open("/proc/self/statm", os.O_RDONLY)
+        return int(os.pread(fd, 128, 0).split()[1]) * _PAGE
     except (OSError, IndexError, ValueError):
         return 0
+
+
+# A forked child's descriptor names its parent's entry: dropped at the fork (not found by an
+# os.getpid() at every read, a system call as costly as the read). No fork (Windows): no hook.
+getattr(os, "register_at_fork", lambda **_: None)(after_in_child=lambda: _statm.update(fd=None))
 
 
 def _allocator():
@@ -61,10 +63,9 @@ def sample(full: bool = False) -> dict:
     out, LAST_NS[0] = {"rss": rss_bytes()}, time.monotonic_ns()
     if (reads := _allocator()) is not None:
         try:
-            device = reads[0]()
             # memory_allocated()/memory_reserved() each flatten and sort the allocator's whole
             # statistics dict; the nested form is one call for both counters.
-            stats = reads[1](device)
+            stats = reads[1](device := reads[0]())
             out["cuda_allocated"] = stats["allocated_bytes"]["all"]["current"]
             out["cuda_reserved"] = stats["reserved_bytes"]["all"]["current"]
             if full:

@@ -97,10 +97,9 @@ def detach(flush: bool = True) -> None:
         STATE.on = False
         if STATE.sampler is not None:
             STATE.sampler.stop()
-            STATE.sampler = None
         if STATE.shipper is not None:
             STATE.shipper.close(flush=flush)
-        STATE.shipper = STATE.recorder = None
+        STATE.sampler = STATE.shipper = STATE.recorder = None
         STATE.looked_up = False
 
 
