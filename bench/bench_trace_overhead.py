@@ -12,7 +12,7 @@ several % on a shared machine, so a run's ratio says "met" or "not met" only whe
 lies on one side of the goal (here, 200 steps a side still left the median ratio within ±4%).
 The same steps are also taken as pairs, each traced block beside the untraced block next to it
 (which goes first alternates), resampled by round: drift between rounds then leaves the spread.
-A block is 20 steps: tracing's start and stop around each traced block take ~2-3 s (stop waits
+A block is 20 steps: tracing's start and stop around each traced block take about 1 s (stop waits
 for every process's next shipping round), so longer blocks buy more timed steps a minute; 30
 rounds of 20 resolved the paired ratio as well as 60 rounds of 5 (±2%) in 60% of the time.
 `--pool` puts the rounds of several runs' dumps together, one paired ratio with its interval (each
