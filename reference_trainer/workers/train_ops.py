@@ -158,10 +158,8 @@ def tensor_bytes(tensors, device: torch.device | None = None) -> int:
     if device is not None and not isinstance(device, torch.device):
         device = torch.device(device)   # only then: building one costs more than counting a small model's tensors
     on_gpu = device is not None and device.type == "cuda"
-    if not torch.cuda.is_initialized():   # no tensor of this process is on a GPU: none to ask
+    if device is None or not torch.cuda.is_initialized():   # all of them; or no GPU tensor here to ask about
         return 0 if on_gpu else sum(map(_nbytes, tensors))
-    if device is None:
-        return sum(map(_nbytes, tensors))
     return sum(map(_nbytes, (filter if on_gpu else itertools.filterfalse)(_is_cuda, tensors)))
 
 
