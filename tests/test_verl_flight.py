@@ -98,10 +98,17 @@ def test_rldbg_dump_writes_the_taskrunners_last_window_and_the_run_goes_on(tmp_p
     roles = sorted((x["role"], x["rank"]) for x in rep["ranks"])
     assert roles == [("actor", 0), ("actor", 1), ("critic", 0), ("critic", 1), ("driver", 0)], roles
     # Every rank's calls of each covered step are there, and the TaskRunner's calls that made them.
+    # A manual dump lands at any moment of the newest step: what it holds of that step is whatever
+    # each process had finished (a rank's span ends before its result reaches the TaskRunner, which
+    # records the call when it collects it), so the newest step is checked for nothing foreign only.
     from rldbg.trace.report import analyse_trace
     _, t = analyse_trace(str(manual))
-    steps = range(at - WINDOW + 1, at + 1)
+    done = range(at - WINDOW + 1, at)
     calls = sorted((c["role"], c["rank"], c["step"]) for c in t.calls)
-    assert calls == sorted((role, rank, s) for role in ("actor", "critic") for rank in (0, 1) for s in steps), calls
+    every = [(role, rank, s) for role in ("actor", "critic") for rank in (0, 1) for s in (*done, at)]
+    assert [c for c in calls if c[2] != at] == sorted(c for c in every if c[2] != at), calls
+    assert set(calls) <= set(every), calls
     made = sorted((d["step"], d["method"]) for d in t.driver_calls if d["name"] == d["method"])
-    assert made == sorted((s, m) for s in steps for m in ("update_actor", "compute_values")), made
+    assert [m for m in made if m[0] != at] == sorted((s, m) for s in done for m in ("update_actor", "compute_values")), \
+        made
+    assert {m for m in made if m[0] == at} <= {(at, "update_actor"), (at, "compute_values")}, made
