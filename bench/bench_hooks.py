@@ -40,7 +40,8 @@ from reference_trainer.config import load_config  # noqa: E402
 
 # The rows, in the order printed, each with its depth: a row's parts follow it, one level deeper.
 CALL_START, CALL_END, SPAN = "a worker call's start", "a worker call's end", "a transition's span"
-CALL_SAMPLE, SPAN_SAMPLE = "memory samples at calls' edges", "memory samples at transitions' edges"
+CALL_SAMPLE, SPAN_SAMPLE = "memory samples at calls' edges", "memory samples at transitions' ends"
+OPENING = "memory samples at transitions' openings"
 RSS, STATS, DEVICE, MEMINFO = "rss (/proc/self/statm)", "the allocator's statistics", "the current device", "cudaMemGetInfo"
 EMIT = "events packed and buffered"
 REPORT, WALK, OPTIMIZER, ROLLOUT = ("the trainer's ledger reports", "its walks over the tensors",
@@ -48,8 +49,8 @@ REPORT, WALK, OPTIMIZER, ROLLOUT = ("the trainer's ledger reports", "its walks o
 LEDGER_EVENT = "rldbg.instrument.ledger"
 CPU = "the main thread's CPU"
 ROWS = [(CALL_START, 0), (CALL_END, 0), (SPAN, 0), ("parts of the three above:", 1), (CALL_SAMPLE, 1),
-        (SPAN_SAMPLE, 1), ("parts of the two above:", 2), (RSS, 2), (STATS, 2), (DEVICE, 2), (MEMINFO, 2),
-        (EMIT, 1), (REPORT, 0), (WALK, 1), (OPTIMIZER, 2), (ROLLOUT, 2), (LEDGER_EVENT, 1)]
+        (SPAN_SAMPLE, 1), (OPENING, 1), ("parts of the three above:", 2), (RSS, 2), (STATS, 2), (DEVICE, 2),
+        (MEMINFO, 2), (EMIT, 1), (REPORT, 0), (WALK, 1), (OPTIMIZER, 2), (ROLLOUT, 2), (LEDGER_EVENT, 1)]
 
 
 def _install() -> int:
@@ -97,6 +98,7 @@ def _install() -> int:
         torch.cuda.mem_get_info = timed(MEMINFO, torch.cuda.mem_get_info)
     inst._mem_sample = timed(CALL_SAMPLE, inst._mem_sample)
     inst._mem_sample_full = timed(SPAN_SAMPLE, inst._mem_sample_full)
+    inst._mem_opening = timed(OPENING, inst._mem_opening)
     runtime.emit = timed(EMIT, runtime.emit)
     call = inst.worker_call
     call.__enter__ = timed(CALL_START, call.__enter__)

@@ -34,7 +34,7 @@ from rldbg import switches
 from rldbg.context import WorkerIdentity, current, enter_call as _enter_call, leave_call as _leave_call, set_worker
 from rldbg.context import set_step as _set_step
 from rldbg.control import controller as _controller, gate as _gate
-from rldbg.memory.probes import sample as _mem_sample, sample_full as _mem_sample_full
+from rldbg.memory.probes import opening as _mem_opening, sample as _mem_sample, sample_full as _mem_sample_full
 from rldbg.profilers.cuda_mem import snapshot_transition as _cuda_snapshot
 from rldbg.profilers.torch_prof import profile_call as _profile_call
 from rldbg.sentinel import CallChecks as _CallChecks
@@ -336,9 +336,10 @@ def _transition_span(name: str, **args):
     role, rank, stp, method = ctx.role, ctx.rank, ctx.step, ctx.method
     # The device's view at both edges (not only the sampler's 10 Hz): what a transition returned
     # to the GPU is read off these two samples (rldbg.analysis.transitions).
-    m0 = _mem_sample_full()
+    m0, new = _mem_opening()   # new: else the series has this sample's point already
     t0 = time.time_ns()
-    _rt.emit(memory_event(t0, role, rank, stp, method, m0))
+    if new:
+        _rt.emit(memory_event(t0, role, rank, stp, method, m0))
     a = {"role": role, "rank": rank, "step": stp, "method": method, **args}
     try:
         yield

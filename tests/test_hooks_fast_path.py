@@ -10,6 +10,7 @@ import pytest
 import rldbg
 from rldbg import instrument as ri
 from rldbg.context import current
+from rldbg.memory import probes
 from rldbg.trace import runtime
 from rldbg.trace.events import decode
 from rldbg.trace.recorder import Recorder
@@ -27,6 +28,7 @@ def tracing_state():
     that turns recording on into a real in-process Recorder (nothing shipped)."""
     st = runtime.STATE
     saved = (st.on, st.looked_up, st.recorder, st.last_lookup)
+    probes._own["last"] = (0, None)   # no sample of an earlier test for a span's opening to take
     st.on, st.looked_up, st.recorder, st.last_lookup = False, True, None, time.monotonic()
 
     def turn_on() -> Recorder:
@@ -113,3 +115,32 @@ def test_what_a_caller_hands_a_hook_is_recorded_as_it_was_when_the_hook_ran(trac
     assert driver.args["result"] == {"loss": 1.0} and driver.args["shards"][0]["rows"] == 4
     span = next(e for e in evs if e.cat == "transition")
     assert span.args["phases"] == ["offload", "in place"] and span.args["frees"] == ["optimizer"]
+
+
+@pytest.mark.parametrize("reuse_ns", [0, 10**10])
+def test_an_opening_takes_the_sample_an_adjacent_edge_just_took_and_an_end_always_reads_anew(tracing_state,
+                                                                                           monkeypatch, reuse_ns):
+    """Where a sample is RSS alone, a span opening within OPENING_REUSE_NS of the process's last
+    sample takes it instead of reading again, and records no point of its own (the series has it);
+    a span's end reads anew however soon: what the span freed shows there, in microseconds."""
+    import mmap
+
+    assert probes._allocator() is None   # CPU-only torch here: a sample is RSS alone
+    monkeypatch.setattr(probes, "OPENING_REUSE_NS", reuse_ns)
+    rec = tracing_state()
+    block = mmap.mmap(-1, 64 << 20)
+    for at in range(0, len(block), mmap.PAGESIZE):
+        block[at] = 1
+    with ri.transition("first"):
+        pass
+    with ri.transition("free_it", frees=("buffer",)):
+        block.close()   # 64 MiB returned well within the reuse window
+    evs = _held(rec)
+    first, free_it = (next(e for e in evs if e.cat == "transition" and e.name == n) for n in ("first", "free_it"))
+    assert free_it.args["mem_before"] - free_it.args["mem_after"] > 60 << 20
+    points = [e.ts_ns for e in evs if e.cat == "memory"]
+    if reuse_ns:
+        assert free_it.args["mem_before"] == first.args["mem_after"]
+        assert points == [first.ts_ns, first.ts_ns + first.dur_ns, free_it.ts_ns + free_it.dur_ns]
+    else:
+        assert points == [first.ts_ns, first.ts_ns + first.dur_ns, free_it.ts_ns, free_it.ts_ns + free_it.dur_ns]

@@ -32,12 +32,6 @@ def analyse(t) -> dict:
     return out
 
 
-def _last_frames(stack: str, n: int = SHOWN_FRAMES) -> list:
-    """The innermost frames of a formatted stack, as "file:line in function" lines."""
-    frames = [line.strip() for line in stack.splitlines() if line.strip().startswith("File ")]
-    return frames[-n:]
-
-
 def render(r: dict) -> list[str]:
     lines = []
     trig = r.get("trigger")
@@ -60,5 +54,6 @@ def render(r: dict) -> list[str]:
             if s["thread"] != "main":
                 continue
             lines.append(f"  {s['role']} rank {s['rank']}:" if s["role"] != "driver" else "  driver:")
-            lines += [f"    {f}" for f in _last_frames(s["stack"])]
+            frames = [f.strip() for f in s["stack"].splitlines() if f.strip().startswith("File ")]
+            lines += [f"    {f}" for f in frames[-SHOWN_FRAMES:]]   # the innermost, "file:line in function"
     return lines

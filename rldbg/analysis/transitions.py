@@ -3,10 +3,10 @@ says moved, what the caching allocator did (allocated, reserved), what the devic
 whole GPU's used bytes: a rollout server in another process returns its memory there too) or, on a
 CPU, the RSS — and a verdict a user can act on.
 
-Read off the two memory samples rldbg takes at a transition's edges (rldbg.instrument.transition
-records them at the exact start and end times), never off the 10 Hz sampler, and off the ledger
-the trainer reports (inside the transition, or, in older traces, at the end of the call: the next
-report after the transition is then what it left).
+Read off the two memory samples at a transition's edges (rldbg.instrument.transition takes them at
+its end and start, or just before its start: rldbg.memory.probes.opening), never off the 10 Hz
+sampler, and off the ledger the trainer reports (inside the transition, or, in older traces, at the
+end of the call: the next report after the transition is then what it left).
 
 Verdicts for a transition that frees (its ledger categories drop by E bytes):
   returned   the device (RSS on a CPU) dropped by at least RETURNED_SHARE of E
@@ -146,18 +146,14 @@ def _kinds(transitions: list, mem: dict, ledger: dict, left: dict) -> dict:
         cs = dict(zip(_FIELDS, (list(steps), [declared] * len(ns), freed, loaded, ["cuda" if gpu else "cpu"] * len(ns),
                                 allocated, reserved, device, rss, back, verdicts)))
         # One name may move different things (a wake of the weights, then of the KV cache).
-        parts[(role, rank, _label(name, declared))].append((ns, cs))
+        moved = [f"-{c}" for c in declared["frees"]] + [f"+{c}" for c in declared["loads"]]
+        parts[(role, rank, f"{name} [{' '.join(moved)}]")].append((ns, cs))
     out = {}
     for key, got in parts.items():   # in the order their transitions first came
         # Two kinds share a label only through odd category names ("a +b"): merged in time order.
         rows = sorted((n, *row) for ns, cs in got for n, row in zip(ns, zip(*cs.values()))) if got[1:] else ()
         out[key] = {f: [row[k + 1] for row in rows] for k, f in enumerate(_FIELDS)} if rows else got[0][1]
     return out
-
-
-def _label(name: str, declared: dict) -> str:
-    moved = [f"-{c}" for c in declared["frees"]] + [f"+{c}" for c in declared["loads"]]
-    return f"{name} [{' '.join(moved)}]"
 
 
 def _median(xs):

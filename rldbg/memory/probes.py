@@ -21,22 +21,26 @@ import time
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _reads = None   # None: not known yet; False: no CUDA here; else _allocator()'s reads
-_statm = {"fd": None}   # /proc/self/statm kept open: a pread costs a few µs, an open/read/close more
-LAST_NS = [0]   # time.monotonic_ns() of this process's newest sample, the hooks' or the sampler's
+# This process's own: /proc/self/statm kept open (a pread costs a few µs, an open/read/close more),
+# and its newest sample, the hooks' or the sampler's, as (time.monotonic_ns(), sample).
+_own = {"fd": None, "last": (0, None)}
+# A transition opening this soon after a sample takes it where a sample is RSS alone: adjacent edges
+# (a transition's end, the next one's start) are ~30 µs apart, and RSS moves a few hundred KB at most.
+OPENING_REUSE_NS = 60_000
 
 
 def rss_bytes() -> int:
     try:
-        if (fd := _statm["fd"]) is None:
-            fd = _statm["fd"] = os.open("/proc/self/statm", os.O_RDONLY)
+        if (fd := _own["fd"]) is None:
+            fd = _own["fd"] = os.open("/proc/self/statm", os.O_RDONLY)
         return int(os.pread(fd, 128, 0).split()[1]) * _PAGE
     except (OSError, IndexError, ValueError):
         return 0
 
 
-# A forked child's descriptor names its parent's entry: dropped at the fork (not found by an
+# A forked child's descriptor and last sample are its parent's: dropped at the fork (not found by an
 # os.getpid() at every read, a system call as costly as the read). No fork (Windows): no hook.
-getattr(os, "register_at_fork", lambda **_: None)(after_in_child=lambda: _statm.update(fd=None))
+getattr(os, "register_at_fork", lambda **_: None)(after_in_child=lambda: _own.update(fd=None, last=(0, None)))
 
 
 def _allocator():
@@ -60,7 +64,7 @@ def _allocator():
 def sample(full: bool = False) -> dict:
     """{series: bytes}: rss always; cuda_allocated, cuda_reserved with CUDA (no driver call); with
     `full`, see sample_full."""
-    out, LAST_NS[0] = {"rss": rss_bytes()}, time.monotonic_ns()
+    out = {"rss": rss_bytes()}
     if (reads := _allocator()) is not None:
         try:
             # memory_allocated()/memory_reserved() each flatten and sort the allocator's whole
@@ -73,7 +77,18 @@ def sample(full: bool = False) -> dict:
                 out["device_used"] = total - free
         except Exception:
             pass
+    _own["last"] = (time.monotonic_ns(), out)
     return out
+
+
+def opening() -> tuple:
+    """A transition's opening sample and whether it is new (a point to record): the last one where
+    OPENING_REUSE_NS allows, else sample_full(). Never at a span's end: what it freed shows there; nor
+    at a call's start: `rldbg top` tells a running call by the sample its start records."""
+    t, last = _own["last"]
+    if time.monotonic_ns() - t < OPENING_REUSE_NS and _allocator() is None:
+        return last, False
+    return sample(True), True
 
 
 def sample_full() -> dict:

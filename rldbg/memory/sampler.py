@@ -34,7 +34,7 @@ class Sampler:
         while not self._stop.wait(self.period):
             # Without a GPU (whose per-process bytes come from here only) a tick adds nothing where the
             # hooks sampled within the period, as at a busy worker's call edges: the series has its point.
-            if probes._allocator() is None and time.monotonic_ns() - probes.LAST_NS[0] < period_ns:
+            if probes._allocator() is None and time.monotonic_ns() - probes._own["last"][0] < period_ns:
                 continue
             who, now = identity(), time.time_ns()
             role, step = who.roles[0], current().step

@@ -83,10 +83,6 @@ def main_thread(threads):
     return next((t for t in threads if t.name == "MainThread"), threads[0] if threads else None)
 
 
-def _clean(frame):
-    return pyspy.Frame(_ADDR.sub("0x?", frame.name), _ADDR.sub("0x?", frame.file), frame.line)
-
-
 def is_library(frame, full: str = "") -> bool:
     """Frames of the Python stdlib, which say *how* a thread waits, not *where* in user code."""
     if full:
@@ -148,7 +144,7 @@ def group(results) -> tuple[list[Group], list[Result]]:
         if t is None:
             failed.append(r if r.error else Result(r.target, error="no Python threads found"))
             continue
-        frames = [_clean(f) for f in t.frames]
+        frames = [pyspy.Frame(_ADDR.sub("0x?", f.name), _ADDR.sub("0x?", f.file), f.line) for f in t.frames]
         g = groups.setdefault(tuple(frames), Group(frames=frames, where=where(t), thread=t))
         g.results.append(r)
         g.active = g.active or t.active

@@ -304,7 +304,7 @@ class Model:
             self._rows(snap.actors, snap.state, snap.gpu_by_pid, paused, snap.identities),
             # Tuples, not lists: a tuple of plain tuples drops out of the GC's tracking after one
             # pass, so these ~600 slices x 384 lanes never lengthen a full collection (a UI hitch).
-            {k: tuple(v) for k, v in sorted(st.slices.items(), key=_slice_key)},
+            {k: tuple(v) for k, v in sorted(st.slices.items(), key=lambda it: (it[0][0] != "driver", *_lane_key(it)))},
             {k: tuple(v) for k, v in st.steps.items()}, st.last_ts,
             [(role, rank, tuple(ln.mem), tuple(ln.marks), dict(ln.ledger))
              for (role, rank), ln in sorted(st.lanes.items(), key=_lane_key) if ln.mem or ln.ledger],
@@ -318,10 +318,6 @@ class Model:
 def _lane_key(item):
     (role, rank), _ = item
     return (str(role), rank if isinstance(rank, int) else -1)
-
-
-def _slice_key(item):
-    return (item[0][0] != "driver", *_lane_key(item))
 
 
 def _merge_paused(hub_paused: list, dash_paused: list) -> list:
