@@ -16,8 +16,8 @@ Worker side:
     with transition("optimizer_to_host", frees=("optimizer",)): ...  # mode switches, memory at both edges
     ledger(category, nbytes)                               # bytes held by category (params, optimizer, ...)
 
-Every hook costs one flag check when tracing is off (rldbg.trace.runtime.STATE.on) and never
-blocks training: events go to a bounded per-process buffer shipped by a background thread.
+Off, a hook costs a flag check (rldbg.trace.runtime.STATE.on; a worker call also sets its context
+and reads 3 switches, a transition 1); on, it never blocks: events go to a bounded buffer a thread ships.
 A driver call is recorded as ONE event when it ends; the exporter expands it into
 call > dispatch > send→rank i, and call > wait > recv←rank i slices joined by flows.
 """
