@@ -120,9 +120,10 @@ def test_what_a_caller_hands_a_hook_is_recorded_as_it_was_when_the_hook_ran(trac
 @pytest.mark.parametrize("reuse_ns", [0, 10**10])
 def test_an_opening_takes_the_sample_an_adjacent_edge_just_took_and_an_end_always_reads_anew(tracing_state,
                                                                                            monkeypatch, reuse_ns):
-    """Where a sample is RSS alone, a span opening within OPENING_REUSE_NS of the process's last
+    """Where a sample is RSS alone, a transition opening within OPENING_REUSE_NS of the process's last
     sample takes it instead of reading again, and records no point of its own (the series has it);
-    a span's end reads anew however soon: what the span freed shows there, in microseconds."""
+    a span's end reads anew however soon: what the span freed shows there, in microseconds. A call's
+    start always records its point: `rldbg top` tells a running call by it."""
     import mmap
 
     assert probes._allocator() is None   # CPU-only torch here: a sample is RSS alone
@@ -135,12 +136,17 @@ def test_an_opening_takes_the_sample_an_adjacent_edge_just_took_and_an_end_alway
         pass
     with ri.transition("free_it", frees=("buffer",)):
         block.close()   # 64 MiB returned well within the reuse window
+    with ri.worker_call("actor", 0, "next_call", None):
+        pass
     evs = _held(rec)
     first, free_it = (next(e for e in evs if e.cat == "transition" and e.name == n) for n in ("first", "free_it"))
+    call = next(e for e in evs if e.cat == "call")
     assert free_it.args["mem_before"] - free_it.args["mem_after"] > 60 << 20
     points = [e.ts_ns for e in evs if e.cat == "memory"]
+    calls = [call.ts_ns, call.ts_ns + call.dur_ns]
     if reuse_ns:
         assert free_it.args["mem_before"] == first.args["mem_after"]
-        assert points == [first.ts_ns, first.ts_ns + first.dur_ns, free_it.ts_ns + free_it.dur_ns]
+        assert points == [first.ts_ns, first.ts_ns + first.dur_ns, free_it.ts_ns + free_it.dur_ns, *calls]
     else:
-        assert points == [first.ts_ns, first.ts_ns + first.dur_ns, free_it.ts_ns, free_it.ts_ns + free_it.dur_ns]
+        assert points == [first.ts_ns, first.ts_ns + first.dur_ns, free_it.ts_ns, free_it.ts_ns + free_it.dur_ns,
+                          *calls]
