@@ -41,6 +41,7 @@ class ActorRolloutRefWorker(Worker):
         self.offloader = Offloader(resolve_target(config.offload.target, info.device),
                                    base / f"actor-rank{info.rank}", self.device)
         self.mode = "uninitialised"
+        self._optimizer_entries = 0   # the optimizer's state entries at its last report after an update
 
     # ---- set-up -------------------------------------------------------------------------
     @register(Dispatch.ONE_TO_ALL)
@@ -204,7 +205,7 @@ class ActorRolloutRefWorker(Worker):
         metrics = ops.minibatch_update(batch, self.model, self.optimizer, a.mini_batch_size, a.micro_batch_size,
                                        a.ppo_epochs, a.grad_clip, a.loss_agg, loss_fn)
         metrics["actor/lr"] = [self.optimizer.param_groups[0]["lr"]]
-        self._report_ledger({"grads", "optimizer"})
+        self._report_update()
         return DataProto.from_dict(meta={"metrics": metrics})
 
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -222,7 +223,7 @@ class ActorRolloutRefWorker(Worker):
 
         metrics = ops.minibatch_update(batch, self.model, self.optimizer, len(batch) * ops.world_size(),
                                        a.micro_batch_size, 1, a.grad_clip, "token-mean", loss_fn)
-        self._report_ledger({"grads", "optimizer"})
+        self._report_update()
         return DataProto.from_dict(meta={"metrics": metrics})
 
     @register(Dispatch.ONE_TO_ALL)
@@ -284,6 +285,16 @@ class ActorRolloutRefWorker(Worker):
             return   # the byte counts walk every tensor: only worth it when someone records them
         for category, nbytes in self._ledger(only).items():
             instrument.ledger(category, nbytes)
+
+    def _report_update(self) -> None:
+        """After an update, what changed: rldbg's ledger takes a report when a category changes. The
+        gradients are gone (minibatch_update ends with zero_grad(set_to_none=True)), as at the last
+        report; the optimizer holds what its last report said unless this update gave parameters
+        their first state (Adam's moments appear at a parameter's first step). Counted as reported
+        only while recording: a trace that starts later still gets the first report."""
+        if len(self.optimizer.state) != self._optimizer_entries and instrument.enabled():
+            self._optimizer_entries = len(self.optimizer.state)
+            self._report_ledger({"grads", "optimizer"})
 
     @contextlib.contextmanager
     def _transition(self, name: str, frees=(), loads=(), **args):
