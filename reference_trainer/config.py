@@ -237,8 +237,12 @@ def _coerce(key: str, value, hint):
             return value
         if isinstance(value, (str, int)):
             return [value]
-    name = getattr(hint, "__name__", str(hint))
-    raise ConfigError(f"config key {key!r} needs a {name}, got {value!r}")
+    name = _KINDS.get(hint) or _KINDS.get(typing.get_origin(hint)) or f"a {getattr(hint, '__name__', hint)}"
+    raise ConfigError(f"config key {key!r} needs {name}, got {value!r}")
+
+
+_KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping",
+          list: "a list"}
 
 
 def load_config(preset: str | None = None, path: str | None = None, overrides=()) -> Config:
