@@ -183,3 +183,15 @@ def test_the_cli_reports_an_edited_trace_with_one_warning(tmp_path):
     assert "the trace records 2 events lost" in warnings[1]
     assert "STRAGGLER actor rank 1" in out.stdout and "clocks aligned" not in out.stdout
     assert out.stderr == "" and (tmp_path / "odd.html").stat().st_size > 0
+
+
+def test_the_html_page_goes_into_a_new_folder_and_an_impossible_one_fails_before_any_report(tmp_path):
+    path = _write(tmp_path / "base.json", _base())
+    page = tmp_path / "new" / "folder" / "r.html"
+    out = subprocess.run([RLDBG, "report", path, "--html", str(page)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and page.stat().st_size > 0, out.stderr
+    (tmp_path / "a_file").write_text("")
+    bad = tmp_path / "a_file" / "r.html"   # under a file: no folder can be made there
+    out = subprocess.run([RLDBG, "report", path, "--html", str(bad)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert out.stderr.strip() == f"rldbg report: cannot write {bad}: a file is where a folder would be", out.stderr

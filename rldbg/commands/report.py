@@ -8,6 +8,7 @@ are stated on the next line.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from rldbg.commands import fail
@@ -25,8 +26,7 @@ def add_arguments(parser) -> None:
 
 
 def recorded_losses(t) -> str | None:
-    """One line from the trace's own loss records (see trace/collector.py and the exporter's
-    drop counter), kept by the report's Trace as it read them, or None."""
+    """One line from the trace's own loss records (trace/collector.py, the exporter's drop counter), or None."""
     summary = t.loss_summary()
     if summary:
         # The collector writes a {cause: count} and a list of process names; an edited trace may not.
@@ -39,8 +39,7 @@ def recorded_losses(t) -> str | None:
                              f"collector restarted {summary['collector_restarts']}x"
                              if summary.get("collector_restarts") else "") if p]
         return f"the trace records {summary.get('total_lost', 0)} events lost ({'; '.join(parts)})"
-    total = t.dropped_total
-    return f"the trace records {total} events dropped" if total else None
+    return f"the trace records {t.dropped_total} events dropped" if t.dropped_total else None
 
 
 def run(args) -> int:
@@ -50,6 +49,11 @@ def run(args) -> int:
 
     from rldbg.store import TraceFileError
     from rldbg.trace.report import analysis, read_trace, render
+    try:   # the page's folder, made as export -o makes its own, before any work: a typo fails at once
+        args.html and os.makedirs(os.path.dirname(os.path.abspath(args.html)), exist_ok=True)
+    except OSError as e:   # makedirs says "File exists" of a file where a folder would go
+        why = "a file is where a folder would be" if isinstance(e, FileExistsError) else e.strerror
+        return fail(f"rldbg report: cannot write {args.html}: {why}", 2)
     try:
         t = read_trace(args.trace)
     except sqlite3.DatabaseError as e:   # a store damaged after it was written
@@ -59,8 +63,7 @@ def run(args) -> int:
     _read.append(t)
     notes, lost = t.notes, recorded_losses(t)
     if not args.json:
-        # First, before any figure and before a trace without rldbg slices is refused: what the
-        # figures below cannot be trusted for, and what the trace says it lost.
+        # First, before any figure or a refusal: what the figures cannot be trusted for, and what was lost.
         if notes:
             print(f"rldbg report: WARNING: {args.trace} is truncated/damaged ({'; '.join(notes)}); "
                   "this report covers only what could be read")
@@ -71,10 +74,7 @@ def run(args) -> int:
         result = analysis(t)
     except TraceFileError as e:
         return fail(f"rldbg report: {e}", 2)
-    if args.json:
-        print(json.dumps(dict(result, damage=notes, losses=lost), indent=1))
-    else:
-        print(render(result))
+    print(json.dumps(dict(result, damage=notes, losses=lost), indent=1) if args.json else render(result))
     if args.html:
         from rldbg.trace.html_report import write_html
         try:
