@@ -38,16 +38,15 @@ def resolve_address(address: str | None = None) -> str:
 
 
 def _normalise(address: str) -> str:
-    address = address.strip().rstrip("/")
-    if not address.startswith(("http://", "https://")):
-        address = "http://" + address
+    given = address.strip()   # the scheme before the trailing slashes go: "http://" is no host called "http"
+    address = (given if given.startswith(("http://", "https://")) else "http://" + given).rstrip("/")
     parsed = urllib.parse.urlparse(address)
     if not parsed.hostname:
-        raise DashboardError(f"bad dashboard address {address!r}: expected http://HOST:PORT, e.g. {DEFAULT_ADDRESS}")
+        raise DashboardError(f"bad dashboard address {given!r}: expected http://HOST:PORT, e.g. {DEFAULT_ADDRESS}")
     try:
         parsed.port
     except ValueError:
-        raise DashboardError(f"bad dashboard address {address!r}: the port must be a number, "
+        raise DashboardError(f"bad dashboard address {given!r}: the port must be a number, "
                              f"e.g. {DEFAULT_ADDRESS}") from None
     return address
 

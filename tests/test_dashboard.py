@@ -101,6 +101,11 @@ def test_address_resolution(monkeypatch):
     assert resolve_address("http://h:1") == "http://h:1"
     with pytest.raises(DashboardError, match="port must be a number"):
         resolve_address("http://h:xx")
+    # the value as given, and a scheme with no host is no host named "http"
+    with pytest.raises(DashboardError, match=r"^bad dashboard address 'http://': expected http://HOST:PORT"):
+        resolve_address("http://")
+    with pytest.raises(DashboardError, match=r"^bad dashboard address '::bad::': expected"):
+        resolve_address("::bad::")
 
 
 def test_profiling_403_message():
