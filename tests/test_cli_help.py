@@ -23,3 +23,10 @@ def test_help_says_what_rldbg_is_and_where_to_start():
     for cmd in commands:   # each one it names runs and has help of its own
         sub = subprocess.run([RLDBG, cmd, "--help"], capture_output=True, text=True, timeout=60)
         assert sub.returncode == 0 and sub.stdout.startswith(f"usage: rldbg {cmd}"), sub.stderr
+
+
+def test_version_is_the_installed_distributions():
+    from importlib.metadata import version
+
+    out = subprocess.run([RLDBG, "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == f"rldbg {version('rldbg')}\n", (out.stdout, out.stderr)
