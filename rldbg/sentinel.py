@@ -111,7 +111,6 @@ def find(obj):
     for (key, t), ok in zip(found, flags):
         if not bool(ok):
             return key, int((~torch.isfinite(t)).sum()), int(t.numel())
-    return None
 
 
 def save_failure(role: str, rank, method: str, step, args=(), kwargs=None, output=None,
@@ -225,8 +224,7 @@ def alarms(instants: list) -> list[dict]:
 
 def state_suffix(a: dict) -> str:
     """What `rldbg top`'s Roles view adds to the state of a rank that raised the alarm."""
-    step = f" step {a['step']}" if a.get("step") is not None else ""
-    return f", NaN/Inf in {a.get('method')}{step}"
+    return f", NaN/Inf in {a.get('method')}" + (f" step {a['step']}" if a.get("step") is not None else "")
 
 
 def render(found: list[dict]) -> list[str]:

@@ -38,8 +38,7 @@ def analyse(t, ranks: list[dict]) -> list[dict]:
             procs.append({"pid": pid, "who": ", ".join(dict.fromkeys(who)) if who else None,
                           "in_job": who is not None, "peak_bytes": peak, "last_bytes": last})
         procs.sort(key=lambda p: (not p["in_job"], -(p["peak_bytes"] or 0)))
-        total = _peak_last(series.get("total") or ((), ()))[0]
-        out.append({"node": node, "gpu": gpu, "total_bytes": total,
+        out.append({"node": node, "gpu": gpu, "total_bytes": _peak_last(series.get("total") or ((), ()))[0],
                     "peak_used_bytes": _peak_last(series.get("used") or ((), ()))[0], "processes": procs})
     return out
 

@@ -40,8 +40,7 @@ def memory_peaks(t: Trace) -> list:
         else:
             peak = mb if ma is None or mb >= ma else ma
         key = (role, s["name"])
-        best = peaks.get(key)
-        if best is None or peak > best["peak_bytes"]:
+        if (best := peaks.get(key)) is None or peak > best["peak_bytes"]:
             peaks[key] = {"role": role, "phase": s["name"], "rank": rank, "peak_bytes": peak, "step": s["step"]}
     return sorted(peaks.values(), key=lambda p: (p["role"], -p["peak_bytes"]))
 
@@ -58,8 +57,7 @@ def leaks(t: Trace) -> list:
             continue
         end, at = s["end"], {}   # the rank's ledger as last reported by the transition's end
         for cat, (times, values) in ledgers.get((s["role"], s["rank"]), {}).items():
-            i = bisect.bisect_right(times, end)
-            if i:
+            if i := bisect.bisect_right(times, end):
                 at[cat] = values[i - 1]
         c = observe(s["role"], s["rank"], s["name"], s["step"], end, frees, s["args"].get("mem_after"), at)
         if c is not None:

@@ -21,8 +21,7 @@ def analyse(t) -> dict:
     how = start.get("recorded") if isinstance(start.get("recorded"), dict) else {}
     out = {"steps": ranges(steps), "asked_steps": how.get("steps") or [], "window": how.get("window") or 0,
            "trigger": None, "stacks": []}
-    trig = next((e for e in t.instants if e["name"] == TRIGGER), None)
-    if trig is not None:
+    if (trig := next((e for e in t.instants if e["name"] == TRIGGER), None)) is not None:
         out["trigger"] = dict(trig["args"], role=trig["role"], rank=trig["rank"])
     for e in t.instants:
         if e["name"] == STACK:
@@ -34,8 +33,7 @@ def analyse(t) -> dict:
 
 def render(r: dict) -> list[str]:
     lines = []
-    trig = r.get("trigger")
-    if trig:
+    if trig := r.get("trigger"):
         what = ", ".join(f"{k} {v}" for k, v in trig.items()
                          if k not in ("reason", "step", "role", "rank") and v not in (None, "", []))
         lines.append(f"flight recorder dump: {trig.get('reason')} at step {trig.get('step')}"

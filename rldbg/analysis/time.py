@@ -40,8 +40,7 @@ def controller_idle(t: Trace) -> dict:
     by_track = defaultdict(list)
     for d in t.driver_calls:
         by_track[d["rank"] if type(d["rank"]) is int else 0].append(d)
-    first = min(by_track, default=0)
-    out = _idle(windows, by_track.pop(first, []))
+    out = _idle(windows, by_track.pop(min(by_track, default=0), []))
     out["others"] = [dict(_idle(windows, calls), track=track, calls=len(calls))
                      for track, calls in sorted(by_track.items())]
     return out

@@ -292,8 +292,7 @@ class Live:
 
     def judge(self) -> bool:
         """Judge the transitions whose end sample is in; True when any was."""
-        ready = [s for s in self.pending if s["end"] <= self.newest]
-        if not ready:
+        if not (ready := [s for s in self.pending if s["end"] <= self.newest]):
             return False
         self.pending = [s for s in self.pending if s["end"] > self.newest]
         for (_, _, label), cs in _kinds(ready, self.mem, self.ledger, self.left).items():

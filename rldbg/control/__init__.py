@@ -82,16 +82,15 @@ def stop() -> None:
     with contextlib.suppress(Exception):   # already dead: killing it below is all that is left
         ray.get(hub.shutdown.remote(), timeout=5)
     try:
-        ray.kill(hub)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:   # ray.kill is async; a start() right after needs the name
-            try:
-                ray.get_actor(hub_name(job), namespace=NAMESPACE)
-            except ValueError:
-                break
-            time.sleep(0.05)
-    except Exception:
-        pass
+        with contextlib.suppress(Exception):
+            ray.kill(hub)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:   # ray.kill is async; a start() right after needs the name
+                try:
+                    ray.get_actor(hub_name(job), namespace=NAMESPACE)
+                except ValueError:
+                    break
+                time.sleep(0.05)
     finally:
         hub_file(job, _session.get("pid")).unlink(missing_ok=True)
         _session.clear()

@@ -94,8 +94,7 @@ def select_runs(runs: list[dict], job: str | None) -> list[dict]:
     """`job` is a run id (01000000-4242) or a job id (01000000; ambiguous when runs share it)."""
     if job is None:
         return runs
-    exact = [r for r in runs if r.get("run") == job]
-    return exact or [r for r in runs if r.get("job_id") == job]
+    return [r for r in runs if r.get("run") == job] or [r for r in runs if r.get("job_id") == job]
 
 
 def describe(runs: list[dict]) -> str:

@@ -20,8 +20,7 @@ _gate: "DriverGate | None" = None
 class DriverGate:
     def __init__(self, hub, gate_timeout_s: float = 30.0, poll_s: float = 0.25):
         self.hub, self.timeout_s, self.poll_s = hub, float(gate_timeout_s), float(poll_s)
-        self.armed = False
-        self.hub_alive = True
+        self.armed, self.hub_alive = False, True
         self.released: str | None = None   # why the driver stopped honouring the gate (it is stopping)
         self.step = None
         self.calls_seen = self.calls_done = self.pauses = 0
@@ -53,8 +52,7 @@ class DriverGate:
 
     def _apply(self, reply: dict) -> None:
         self.armed = bool(reply.get("armed")) and not self.released
-        v = reply.get("specs_version", 0)
-        if v != self.specs[0]:
+        if (v := reply.get("specs_version", 0)) != self.specs[0]:
             self.specs = (v, list(reply.get("specs") or []))
 
     def _pause(self) -> bool:

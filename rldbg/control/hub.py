@@ -46,20 +46,17 @@ class ControlHub:
                  gate_timeout_s: float = 30.0):
         from rldbg.control.http_api import serve
 
-        self.job_id = job_id
-        self.timeout_s = float(gate_timeout_s)
+        self.job_id, self.timeout_s = job_id, float(gate_timeout_s)
         self.cond = threading.Condition()
-        self.armed, self.mode, self.target = False, "off", None
+        self.armed, self.mode, self.target, self.disarm_reason = False, "off", None, None
         self.pending, self.pending_key = None, None     # the parked pause point, if any
         self.last_point = None                           # the newest pause point the driver reported
         self.released: collections.deque = collections.deque(maxlen=64)   # keys let through
         self.last_result = None
         self.step, self.calls_done, self.driver = None, 0, {}
         self.last_beat, self.clients = 0.0, {}
-        self.disarm_reason = None
         self.specs = SpecSet()
-        self.hits: collections.deque = collections.deque(maxlen=100)
-        self.paused: dict = {}
+        self.hits, self.paused = collections.deque(maxlen=100), {}
         self._collector, self.started = None, time.time()
         self._collector_lock = threading.Lock()   # the HTTP server's threads share one connection
         self.server, self.url = serve(self, host, port, token)
@@ -98,8 +95,7 @@ class ControlHub:
             while self.pending_key == key:
                 if self._expire():
                     break
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if (left := deadline - time.monotonic()) <= 0:
                     return dict(self._gate_reply(), go=False)
                 self.cond.wait(min(left, 0.25))
             return dict(self._gate_reply(), go=True)
@@ -228,8 +224,7 @@ class ControlHub:
 
     def events(self, cursor: int, limit: int) -> dict:
         from rldbg.trace.events import to_dict
-        got = self._ask_collector("events_since", cursor, limit)
-        if got is None:
+        if (got := self._ask_collector("events_since", cursor, limit)) is None:
             return {"cursor": cursor, "events": [], "trace_enabled": False}
         nxt, evs = got
         return {"cursor": nxt, "trace_enabled": True, "events": [to_dict(ev) for ev in evs]}

@@ -175,10 +175,8 @@ def _env_specs() -> list[Spec]:
 def match_method_entry(role: str, rank: int, method: str, step: int | None) -> Spec | None:
     if not _active and not os.environ.get(BREAKPOINTS):
         return None  # the common case costs two lookups
-    found = _active.match(role, rank, step, method)
-    if found is None:
-        found = next((s for s in _env_specs() if matches(s, role, rank, step, method)), None)
-    return found
+    return _active.match(role, rank, step, method) or next(
+        (s for s in _env_specs() if matches(s, role, rank, step, method)), None)
 
 
 def check_method_entry(role: str, rank: int, method: str, step: int | None = None) -> bool:
@@ -187,8 +185,7 @@ def check_method_entry(role: str, rank: int, method: str, step: int | None = Non
     spec = match_method_entry(role, rank, method, step)
     if spec is None:
         return False
-    frame = _user_frame(sys._getframe(1))
-    _pause(frame, reason=f"spec {spec.text}", spec=spec)
+    _pause(_user_frame(sys._getframe(1)), reason=f"spec {spec.text}", spec=spec)
     return True
 
 

@@ -31,7 +31,6 @@ class DAPClient:
         self._reader: threading.Thread | None = None
         self.stopped_thread: int | None = None
 
-    # --- connection ------------------------------------------------------
     def connect(self) -> "DAPClient":
         try:
             self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
@@ -86,7 +85,6 @@ class DAPClient:
     def __exit__(self, *exc):
         self.disconnect()
 
-    # --- framing ---------------------------------------------------------
     def _send(self, message: dict) -> None:
         body = json.dumps(message).encode("utf-8")
         data = b"Content-Length: %d\r\n\r\n" % len(body) + body
@@ -139,7 +137,6 @@ class DAPClient:
             self.events.put(msg)
         # Reverse requests (runInTerminal, ...) are not used with attach.
 
-    # --- requests --------------------------------------------------------
     def send_request(self, command: str, arguments: dict | None = None) -> int:
         with self._send_lock:
             self._seq += 1
@@ -201,7 +198,6 @@ class DAPClient:
         self.stopped_thread = body.get("threadId", self.stopped_thread)
         return body
 
-    # --- inspection ------------------------------------------------------
     def set_breakpoints(self, path: str, lines) -> list[dict]:
         """Replace one file's breakpoints; `lines`: ints or {line, condition} dicts ([]: none)."""
         bps = [{"line": int(n["line"]), **({"condition": n["condition"]} if n.get("condition") else {})}
@@ -229,7 +225,6 @@ class DAPClient:
             raise DAPError("no stopped thread; wait_stopped() first or pass thread_id")
         return tid
 
-    # --- execution -------------------------------------------------------
     def resume(self, how: str = "continue", thread_id: int | None = None) -> dict:
         """how: continue | next (step over) | stepIn | stepOut, for the stopped thread (or thread_id)."""
         return self.request(how, {"threadId": self._thread(thread_id)})

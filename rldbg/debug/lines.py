@@ -59,8 +59,7 @@ def resolve(path: str, line: int, shown: str | None = None) -> Resolved:
     """The line to break at instead of `line` in `path` (`shown`: how to name the file in
     messages, default `path`). A file that cannot be read or compiled here is left to the
     debugger: Resolved(line)."""
-    info = _read(path)
-    if info is None:
+    if (info := _read(path)) is None:
         return Resolved(line)
     where = shown or path
     if not 1 <= line <= info.n_lines:

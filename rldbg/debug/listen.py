@@ -34,8 +34,7 @@ _state: dict = {"entry": None}
 def check_env(environ=None) -> None:
     """Raise ValueError (one line) for a bad RLDBG_LISTEN_RANKS; a driver may call it
     before starting workers so the mistake shows up front, not in worker logs."""
-    env = os.environ if environ is None else environ
-    parse_ranks(env.get(RANKS_ENV), RANKS_ENV)
+    parse_ranks((os.environ if environ is None else environ).get(RANKS_ENV), RANKS_ENV)
 
 
 def chosen(roles, rank: int, environ=None) -> bool:
@@ -148,8 +147,7 @@ def install_pause_hook() -> bool:
         entry = bp.record_external_stop(frame, f"dap {reason}", thread.ident) if reason and frame else None
         pause = None
         try:
-            worker = ray_worker()
-            if worker is not None:   # Ray counts the thread as paused while this is held
+            if (worker := ray_worker()) is not None:   # Ray counts the thread as paused while this is held
                 pause = worker.worker_paused_by_debugger()
                 pause.__enter__()
         except Exception:  # noqa: BLE001 - reporting must never break the debugger

@@ -69,12 +69,10 @@ def _running_task(dash: Dashboard, worker: dict, wait_s: float) -> dict:
     deadline = time.monotonic() + wait_s
     while True:
         tasks = dash.tasks(detail=True, filters=[("worker_id", "=", worker["worker_id"]), ("state", "=", "RUNNING")])
-        now = _proc_title_method(int(worker["pid"]), worker.get("ip") or "")
-        if now is not None:
+        if (now := _proc_title_method(int(worker["pid"]), worker.get("ip") or "")) is not None:
             named = [t for t in tasks if (t.get("name") or "").rsplit(".", 1)[-1] == now]
             if named or time.monotonic() >= deadline:
-                best = max(named, key=lambda t: t.get("start_time_ms") or 0) if named else {}
-                return best or {"name": now}
+                return max(named, key=lambda t: t.get("start_time_ms") or 0) if named else {"name": now}
         elif tasks or time.monotonic() >= deadline:
             return max(tasks, key=lambda t: t.get("start_time_ms") or 0) if tasks else {}
         time.sleep(0.25)

@@ -140,8 +140,7 @@ def resolve_gcs_address(address: str | None = None, dashboard: str | None = None
     addrs = sorted(find_gcs_addresses())
     if len(addrs) == 1:
         return addrs[0]
-    latest = find_bootstrap_address(None)
-    if latest and latest in addrs:
+    if (latest := find_bootstrap_address(None)) and latest in addrs:
         return latest
     if not addrs:
         raise RegistryError(f"no running Ray cluster found on this machine; {ADDRESS_HINT}")

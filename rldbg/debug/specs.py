@@ -102,8 +102,7 @@ def parse(text: str, known_roles=None, known_methods=None) -> Spec:
 
     ranks = steps = when = None
     if "@" in raw:
-        when_at = re.search(r"(?:^|,)\s*when\s*=", filters)
-        if when_at:
+        if when_at := re.search(r"(?:^|,)\s*when\s*=", filters):
             when = filters[when_at.end():].strip()
             filters = filters[: when_at.start()]
             if not when:

@@ -37,17 +37,13 @@ def parse_break(text: str) -> tuple[str, int, str | None]:
     m = re.match(r"^(?P<file>.+?):(?P<line>\d+)(?::(?P<cond>.*))?$", text.strip())
     if not m or int(m.group("line")) < 1:
         raise ValueError(f"bad breakpoint {text!r}: expected {BREAK_FORM}")
-    cond = (m.group("cond") or "").strip() or None
-    return m.group("file"), int(m.group("line")), cond
+    return m.group("file"), int(m.group("line")), (m.group("cond") or "").strip() or None
 
 
 class Session:
     def __init__(self, client: DAPClient, out=print, context: int = 2, stop_timeout: float = 30.0,
                  continue_timeout: float | None = None):
-        self.client = client
-        self.out = out
-        self.context = context
-        self.stop_timeout = stop_timeout
+        self.client, self.out, self.context, self.stop_timeout = client, out, context, stop_timeout
         # None: after `c`, wait for the next stop forever (the CLI); tests bound it.
         self.continue_timeout = continue_timeout
         self.frames: list[dict] = []
@@ -56,7 +52,6 @@ class Session:
         self.last_stop: dict = {}
         self.breakpoints: dict[str, list[dict]] = {}  # path -> [{line, condition}], as sent
 
-    # --- lifecycle -------------------------------------------------------
     def start(self, already_attached: bool = False) -> None:
         if not already_attached:
             self.client.attach()
@@ -92,7 +87,6 @@ class Session:
         self.breakpoints[path] = items
         return next((a for a in answer if a.get("line") == line), answer[-1] if answer else {})
 
-    # --- state -----------------------------------------------------------
     @property
     def frame(self) -> dict | None:
         return self.frames[self.index] if self.frames else None
@@ -114,7 +108,6 @@ class Session:
         self.out(f"stopped: {reason}" + (f" ({text})" if text and text != reason else ""))
         self.show_location()
 
-    # --- output ----------------------------------------------------------
     def show_location(self, context: int | None = None) -> None:
         f = self.frame
         if f is None:
@@ -126,8 +119,7 @@ class Session:
         n = self.context if context is None else context
         shown = False
         for no in range(max(1, line - n), line + n + 1):
-            text = linecache.getline(path, no)
-            if text:
+            if text := linecache.getline(path, no):
                 shown = True
                 self.out(f"{'->' if no == line else '  '} {no:5d}  {text.rstrip()}")
         if not shown:
@@ -149,10 +141,8 @@ class Session:
             # debugpy groups dunders and functions under pseudo-variables.
             if v["name"] in ("special variables", "function variables", "class variables"):
                 continue
-            kind = f"  ({v['type']})" if v.get("type") else ""
-            self.out(f"  {v['name']} = {v.get('value')}{kind}")
+            self.out(f"  {v['name']} = {v.get('value')}" + (f"  ({v['type']})" if v.get("type") else ""))
 
-    # --- commands --------------------------------------------------------
     def execute(self, line: str) -> None:
         line = line.strip()
         if not line:

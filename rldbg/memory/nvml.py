@@ -83,8 +83,7 @@ def gpus() -> list[Gpu]:
         found = [Gpu(h, i, _text(nv.nvmlDeviceGetUUID(h))) for i, h in enumerate(handles)]
     except Exception:
         return []
-    uuid = _torch_uuid()
-    if uuid is not None:
+    if (uuid := _torch_uuid()) is not None:
         mine = [g for g in found if g.uuid == uuid]
         _state["gpus"] = mine   # torch's device does not change under a running process
         return mine

@@ -35,11 +35,10 @@ def to_speedscope(samples, name: str) -> dict:
             ids.append(index[f])
         stacks.append(ids)
         weights.append(count)
-    total = sum(weights)
     return {"$schema": "https://www.speedscope.app/file-format-schema.json", "exporter": "rldbg",
             "name": name, "activeProfileIndex": 0, "shared": {"frames": frames},
             "profiles": [{"type": "sampled", "name": name, "unit": "none", "startValue": 0,
-                          "endValue": total, "samples": stacks, "weights": weights}]}
+                          "endValue": sum(weights), "samples": stacks, "weights": weights}]}
 
 
 def _tree(samples) -> dict:

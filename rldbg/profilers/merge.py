@@ -109,8 +109,7 @@ def torch_trace_events(trace: dict, pid: int, tid: int, origin_ns: int) -> list[
         else:
             aux.setdefault((e.get("pid"), e["tid"]), []).append([start, end, ev])
     kept, dropped = _nest(main)
-    for s, e_, ev in kept:
-        out.append(dict(ev, tid=tid, ts=_us(s - origin_ns), dur=_us(e_ - s)))
+    out += [dict(ev, tid=tid, ts=_us(s - origin_ns), dur=_us(e_ - s)) for s, e_, ev in kept]
     for k, (key, slices) in enumerate(sorted(aux.items(), key=lambda kv: str(kv[0])), 1):
         aux_tid = tid * 1000 + k
         label = f"stream {key[1]}" if isinstance(key[0], int) and key[0] < 1000 else f"thread {key[1]}"

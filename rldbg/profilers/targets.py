@@ -90,8 +90,7 @@ def find(dash: Dashboard, role: str | None = None, rank: int | None = None, run:
 def find_or_explain(dash: Dashboard, role: str | None, rank: int | None,
                     run: str | None) -> tuple[list[Target], str | None]:
     """The matching workers, or none and the one-line reason a command should print."""
-    found = find(dash, role, rank, run)
-    if found:
+    if found := find(dash, role, rank, run):
         return found, None
     return [], f"no alive worker matches {describe_filter(role, rank, run)}; roles seen: {role_list(dash)}"
 
@@ -104,5 +103,4 @@ def describe_filter(role, rank, run) -> str:
 
 def role_list(dash: Dashboard) -> str:
     """The roles that do exist, for a "no worker matched" message."""
-    seen = sorted({t.roles for t in find(dash) if t.rank is not None})
-    return ", ".join(seen) or "none"
+    return ", ".join(sorted({t.roles for t in find(dash) if t.rank is not None})) or "none"

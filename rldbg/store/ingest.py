@@ -93,8 +93,7 @@ class EventWriter:
                           for ph, cat, name, ts, dur, role, rank, step, method, flow, args in evs]
         if self.series_kinds:
             kept = self.series_kinds
-            got = [(r[0], r[1], ev[10]) for r, ev in zip(self.rows[first:], evs) if r[0] in kept]
-            if got:
+            if got := [(r[0], r[1], ev[10]) for r, ev in zip(self.rows[first:], evs) if r[0] in kept]:
                 self.samples.add(*zip(*got), args_are_text)
         if self.reported:
             self._report(self.rows[first:], evs, args_are_text)
@@ -152,11 +151,7 @@ def from_spill(spill_dir: str, db_path: str, damage: list | None = None,
     with no_gc():
         for bmeta, evs in iter_records(spill_dir, damage, tuples=True):
             idx.see(bmeta, evs)
-            key = process_key(bmeta)
-            proc = procs.get(key)
-            if proc is None:
-                proc = procs[key] = len(procs) + 1
-            out.add(proc, evs)
+            out.add(procs.setdefault(process_key(bmeta), len(procs) + 1), evs)
         out.close()
     idx.finish(align=True)
     _controller_tracks(conn, idx, procs)

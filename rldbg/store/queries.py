@@ -110,8 +110,7 @@ def _close_open_steps(t: Trace) -> None:
         n = e["args"].get("step")
         if e["name"] != STEP_START or type(n) is not int or n in closed:
             continue
-        ends = [c["end"] for c in (*t.driver_calls, *t.calls, *t.transitions) if c["step"] == n]
-        end = max(ends, default=e["ts"])
+        end = max((c["end"] for c in (*t.driver_calls, *t.calls, *t.transitions) if c["step"] == n), default=e["ts"])
         closed.add(n)
         t.steps.append({"name": f"step {n}", "ts": e["ts"], "dur": end - e["ts"], "end": end, "role": "driver",
                         "rank": 0, "step": n, "method": None, "flow": None, "args": {"step": n, "open": True}})

@@ -92,8 +92,7 @@ def open_store(path: str) -> sqlite3.Connection:
         raise StoreError(f"store not found: {path!r}")
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        complete = get(conn, "complete")
-        version = get(conn, "version")
+        complete, version = get(conn, "complete"), get(conn, "version")
     except sqlite3.DatabaseError as e:
         raise StoreError(f"{path!r} is not an rldbg store ({e})") from None
     if version != VERSION or not complete:

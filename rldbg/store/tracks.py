@@ -60,8 +60,7 @@ class Tracks:
             for role, rank in role_ranks:   # first-seen order: stable pids
                 if known:
                     self.rank_proc[(role, rank)] = key
-                if role not in self.roles:
-                    self.roles[role] = len(self.roles) + 1
+                self.roles.setdefault(role, len(self.roles) + 1)
                 self.ranks.setdefault(role, set()).add(rank)
         if meta.get("dropped"):
             self.drops[key] = [meta["dropped"], meta.get("t_sent", 0)]
@@ -97,8 +96,7 @@ class Tracks:
             if first is not None:
                 idx.first[key] = first
         for role, rank, proc in conn.execute("SELECT role, rank, proc FROM tracks ORDER BY ord"):
-            if role not in idx.roles:
-                idx.roles[role] = len(idx.roles) + 1
+            idx.roles.setdefault(role, len(idx.roles) + 1)
             idx.ranks.setdefault(role, set()).add(rank)
             if proc is not None:
                 idx.rank_proc[(role, rank)] = keys[proc]

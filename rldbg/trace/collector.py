@@ -138,8 +138,7 @@ class Collector:
     def events_since(self, cursor: int = 0, limit: int = 50_000) -> tuple[int, list]:
         """Events after `cursor` (a count of events ever received) and the cursor to pass next."""
         out = []
-        base = self.live[0][0] if self.live else self.total
-        cursor = max(cursor, base)
+        cursor = max(cursor, self.live[0][0] if self.live else self.total)
         for start, n, evs in self.live:
             if start + n <= cursor:
                 continue
@@ -191,8 +190,7 @@ class Collector:
             self.closed = True
             self._losses = self.losses(silent_after_ns)
             if self.writer is not None:
-                evs = self._loss_events(self._losses)
-                if evs:
+                if evs := self._loss_events(self._losses):
                     self.writer.write({"pid": "rldbg", "host": "collector", "dropped": 0, "events": evs})
                 self.writer.close()
         return dict(self.stats(), losses=self._losses)

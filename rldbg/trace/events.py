@@ -37,7 +37,6 @@ NUMBERED_AFTER = "numbered_after"
 TRIGGER = "rldbg flight trigger"
 
 
-# Read view of one record (decode()): attribute access by the names in FIELDS.
 Event = namedtuple("Event", FIELDS)
 
 

@@ -157,11 +157,9 @@ def _open(path: str):
     removed first, not truncated: ext4 writes a file that was truncated and written again back to
     disk as it is closed (auto_da_alloc), where a new file's pages go to disk later, in the
     background. A symlink, a FIFO or a device at the path is written through."""
-    try:
+    with suppress(OSError):   # nothing there, or not ours to remove: opening it says what is wrong
         if stat.S_ISREG(os.lstat(path).st_mode):
             os.unlink(path)
-    except OSError:   # nothing there, or not ours to remove: opening it says what is wrong
-        pass
     if path.endswith(".gz"):
         # Level 1: zlib's is about twice its level 3's speed for a few % more bytes; ISA-L's is as fast as its others.
         return gzip.open(path, "wb", compresslevel=1)

@@ -85,8 +85,7 @@ class Dumps:
 
     def wanted(self, key: str) -> dict | None:
         """What to tell process `key` in the answer to its batch: the open dump it has not answered."""
-        d = self.open
-        if d is None or key in d.answered:
+        if (d := self.open) is None or key in d.answered:
             return None
         d.asked.add(key)
         return {"dump": d.id, "reason": d.reason, "step": d.step}
@@ -104,8 +103,7 @@ class Dumps:
 
     def tick(self, live: set) -> None:
         """Close the open dump once every live process answered, or SETTLE_S after its trigger."""
-        d = self.open
-        if d is None:
+        if (d := self.open) is None:
             return
         waiting = (d.asked & live) - d.answered
         if waiting and time.monotonic() - d.t0 < SETTLE_S:

@@ -80,21 +80,19 @@ def charts(t: Trace, r: dict) -> list[tuple[str, str, str]]:
 
     labels, busy, idle = _step_role_time(t)
     if labels:
-        per_step = dict(x_title="step", show_minor_x_labels=False, x_labels_major_every=max(1, len(labels) // 15))
+        per_step = dict(x_title="step", x_labels=labels, show_minor_x_labels=False,
+                        x_labels_major_every=max(1, len(labels) // 15))
         c = _chart(pygal.StackedBar, "Busy time per role in each step (s)", **per_step)
-        c.x_labels = labels
         for role, vals in busy.items():
             c.add(role, vals)
         out.append(("step-time", "Step time by role", c.render(is_unicode=True)))
         c = _chart(pygal.Line, "Controller idle in each step (s): time no worker-group call was running",
                    show_dots=len(labels) < 60, **per_step)
-        c.x_labels = labels
         c.add("controller idle", idle)
         out.append(("controller-idle", "Controller idle", c.render(is_unicode=True)))
 
     slow = {(s["role"], s["method"], s["rank"]) for s in r.get("stragglers", [])}
-    means = _method_rank_means(t)
-    if means:
+    if means := _method_rank_means(t):
         ranks = sorted({rk for v in means.values() for rk in v})
         c = _chart(pygal.HorizontalBar, "Mean call time per rank (s); stragglers in red",
                    height=max(360, 28 * len(means) * max(1, min(len(ranks), 8)) // 2))
@@ -105,18 +103,15 @@ def charts(t: Trace, r: dict) -> list[tuple[str, str, str]]:
                 if rank in v else None for (role, m), v in means.items()])
         out.append(("skew", "Per-rank time per method", c.render(is_unicode=True)))
 
-    lanes = sorted({(role, rank) for role, rank, _ in t.mem})
-    if lanes:
+    if lanes := sorted({(role, rank) for role, rank, _ in t.mem}):
         c = _chart(pygal.XY, "Memory per rank over time (MiB); dots: transitions (memory after)",
                    x_title="seconds since the first event", show_dots=False, stroke=True, height=420)
         for role, rank in lanes:
-            pts = [((ts - t0) / 1e9, v / 2**20) for ts, v in zip(*t.mem_series(role, rank))]
-            if pts:
+            if pts := [((ts - t0) / 1e9, v / 2**20) for ts, v in zip(*t.mem_series(role, rank))]:
                 c.add(f"{role} rank {rank}", _thin(pts))
         marks = defaultdict(list)
         for s in t.transitions:
-            after = s["args"].get("mem_after")
-            if after is not None:
+            if (after := s["args"].get("mem_after")) is not None:
                 marks[s["name"]].append(((s["end"] - t0) / 1e9, after / 2**20))
         for name, pts in sorted(marks.items()):
             c.add(f"▲ {name}", _thin(sorted(pts)), stroke=False, show_dots=True, dots_size=4)

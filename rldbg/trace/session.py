@@ -115,8 +115,7 @@ def dump(reason: str = "manual", wait_s: float = 0.0, **detail) -> dict | None:
     """Ask the flight recorder for a dump of every process's window (trace.window); returns its
     status ({path, state, ...}); with `wait_s`, after waiting that long at most for it to be
     written. None when no trace runs here; ValueError when the trace keeps no window."""
-    collector = _session.get("collector")
-    if collector is None:
+    if (collector := _session.get("collector")) is None:
         return None
     if collector.dumps is not None:
         runtime.flush()   # what this driver recorded up to now, its newest step above all, reaches the collector first

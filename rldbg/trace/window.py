@@ -154,7 +154,6 @@ class Ring:
         ring, remember = self.events, self.steps.remember
         oldest = None if self.newest is None else self.newest - 2 * self.n + 1
         since = ring[-1][1] - MARGIN_NS if ring else 0
-        # Beyond the capacity the oldest events go first.
         while ring and (len(ring) > self.capacity or (oldest is not None and ring[0][1] < since
                                                       and (ring[0][0] is None or ring[0][0] < oldest))):
             if (gone := ring.popleft())[2]:   # a state event: the newest of its series is kept

@@ -76,7 +76,6 @@ class TopApp(App):
         self._stop.set()
         self._wake.set()
 
-    # ---- background I/O -----------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="poll")
     def _poll_loop(self) -> None:
         while not self._stop.is_set():
@@ -126,14 +125,12 @@ class TopApp(App):
             self._call(self.query_one(StacksView).set_text, what, out)
         self._wake.set()   # show the effect now, not at the next refresh
 
-    # ---- rendering ------------------------------------------------------------------------------
     def show_view(self, view: View) -> None:
         t0 = time.perf_counter()
         self.view = view
         try:
             self.query_one(StatusBar).show(view)
-            active = self.query_one(TabbedContent).active
-            self.query_one(f"#{active}-view").show(view)
+            self.query_one(f"#{self.query_one(TabbedContent).active}-view").show(view)
         except Exception as e:   # odd data must never take the app down: say so and keep going
             self.notify(f"could not draw this view: {type(e).__name__}: {e}"[:300], severity="error")
         finally:
@@ -153,7 +150,6 @@ class TopApp(App):
         target = primary.first() if primary else view.query("DataTable").first() if view.query("DataTable") else view
         target.focus()   # each view owns its keys: they work once it (or its table) has focus
 
-    # ---- actions ----------------------------------------------------------------------------------
     def action_tab(self, tid: str) -> None:
         self.query_one(TabbedContent).active = tid
 

@@ -150,8 +150,7 @@ class EventStore:
             return    # the rule gives no verdict yet: skip the work (ingest is on the poll path)
         for key in lane.flagged.pop(name, ()):
             self.flags.pop(key, None)
-        found = leak_suspicions(q)
-        if found:
+        if found := leak_suspicions(q):
             keys = lane.flagged[name] = [("leak", role, rank, name, s["category"]) for s in found]
             for key, s in zip(keys, found):
                 self.flags[key] = describe(s)

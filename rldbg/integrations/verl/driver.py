@@ -91,8 +91,7 @@ def make_generator(udc, func_generator, magic: str):
 
         def dispatch(group, *args, **kwargs):
             out = dispatch_fn(group, *args, **kwargs)
-            st = _calls.stack
-            if st:
+            if st := _calls.stack:
                 call = st[-1]
                 # The shard table the stepper shows while parked before this dispatch; execute()
                 # records the same table in the trace.
@@ -198,8 +197,7 @@ def _close_when_ready(call, out) -> None:
 
     futures = getattr(out, "futures", None)      # VeRL's DataProtoFuture
     items = futures if isinstance(futures, list) else out if isinstance(out, (list, tuple)) else [out]
-    refs = [r for r in items if isinstance(r, ray.ObjectRef)]
-    if refs:
+    if refs := [r for r in items if isinstance(r, ray.ObjectRef)]:
         _pending.append(_Pending(call, refs))
     else:
         instrument.call_collected(call, None)

@@ -54,8 +54,7 @@ class _Steps:
         if self.from_trainer:
             return self.current
         key = (role, method)
-        if key not in self._first:
-            self._first[key] = (len(self._first), time.time_ns())
+        self._first.setdefault(key, (len(self._first), time.time_ns()))
         n = self._count[key] = self._count.get(key, 0) + 1
         if n >= 2 and (self._anchor is None or self._first[key] < self._first[self._anchor]):
             if self._anchor is None and _rt.STATE.on:   # step 1, recorded now that it is known

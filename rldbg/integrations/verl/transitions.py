@@ -108,8 +108,7 @@ def wrap_methods(cls, table: dict, before=None) -> None:
     for method, (name, declare) in table.items():
         fn = vars(cls).get(method)
         if callable(fn) and not getattr(fn, "__isabstractmethod__", False):
-            scope = functools.partial(_outermost, name, declare, before)
-            setattr(cls, method, around(fn, scope))
+            setattr(cls, method, around(fn, functools.partial(_outermost, name, declare, before)))
 
 
 def patch_rollout_base(mod) -> None:

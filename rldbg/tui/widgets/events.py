@@ -24,9 +24,7 @@ def render_events(view) -> Text:
         out.append("no breakpoint hits, errors or instants yet\n", "dim")
     for ts, kind, text in reversed(view.notes):
         stamp = time.strftime("%H:%M:%S", time.gmtime(ts / 1e9)) if ts else "--:--:--"
-        out.append(f"{stamp}  ", "dim")
-        out.append(f"{kind:<11} ", KIND_STYLE.get(kind, "cyan"))
-        out.append(text + "\n")
+        out.append(f"{stamp}  ", "dim").append(f"{kind:<11} ", KIND_STYLE.get(kind, "cyan")).append(text + "\n")
     return out
 
 

@@ -82,6 +82,5 @@ class RolesView(Vertical):
             self.show(self.view)
 
     def action_stacks(self, whole_role: bool = False) -> None:
-        row = self.selected()
-        if row is not None:
+        if (row := self.selected()) is not None:
             self.app.show_stacks(row.role, None if whole_role else row.rank)

@@ -24,9 +24,7 @@ class StacksView(VerticalScroll):
         pass   # stacks are fetched on request, not on every poll
 
     def set_text(self, title: str, text: str) -> None:
-        body = Text(title + "\n\n", "bold")
-        body.append(text)
-        self.query_one("#stacks-body", Static).update(body)
+        self.query_one("#stacks-body", Static).update(Text(title + "\n\n", "bold").append(text))
 
     def action_refetch(self) -> None:
         if self.target:

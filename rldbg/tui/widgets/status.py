@@ -9,11 +9,8 @@ def status_text(view) -> Text:
     t = Text(" rldbg top ", "bold reverse")
     if view.status != "connected":
         style = "bold red" if view.status == "disconnected" else "bold yellow"
-        t.append(f"  {view.message or view.status}", style)
-        t.append(f"   dashboard {view.address}", "dim")
-        return t
-    s = view.state
-    gate = view.gate
+        return t.append(f"  {view.message or view.status}", style).append(f"   dashboard {view.address}", "dim")
+    s, gate = view.state, view.gate
     g = ("PARKED" if gate.get("waiting") else "ARMED") if gate.get("armed") else "free"
     trace = ((s.get("stats") or {}).get("trace") or {})
     t.append(f"  job {view.job_id}  step {s.get('step')}  calls {s.get('calls_done')}  ")

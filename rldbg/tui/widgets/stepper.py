@@ -110,8 +110,7 @@ class StepperView(LaneScroller):
         self._sig = sig
         body = [gate_line(gate), Line(f"driver: step {view.state.get('step')}  calls done {view.state.get('calls_done')}"),
                 Line()]
-        pending = gate.get("pending")
-        if pending:
+        if pending := gate.get("pending"):
             body += [Line("pending call" if gate.get("waiting") else "newest pause point", "bold underline"),
                      *call_lines(pending), Line()]
         self._body = body + result_lines(gate.get("last_result"))

@@ -25,8 +25,7 @@ def colour(name: str) -> str:
 def window(view, steps: int, pan: float):
     """(start_ns, end_ns) covering the last `steps` steps, shifted back by `pan` windows."""
     end = view.last_ts
-    known = sorted(s for s in view.steps if isinstance(s, int))
-    if known:
+    if known := sorted(s for s in view.steps if isinstance(s, int)):
         start = view.steps[known[max(0, len(known) - steps)]][0]
     else:
         starts = [ss[-min(len(ss), 50)][0] for ss in view.slices.values() if ss]
