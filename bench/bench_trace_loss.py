@@ -28,8 +28,8 @@ from rldbg.trace.spill import iter_batches  # noqa: E402
 
 @ray.remote(num_cpus=0)
 class Producer:
-    def __init__(self, rank):
-        ri.set_worker_identity("bench", rank, 1)
+    def __init__(self, rank, world):
+        ri.set_worker_identity("bench", rank, world)
 
     def burst(self, n):
         for i in range(n):
@@ -73,7 +73,7 @@ def main() -> None:
     try:
         spill = rldbg.trace.start(os.path.join(tmp, "burst.json.gz"), memory_hz=0, buffer_events=1 << 20,
                                   flush_interval=1.0)
-        p = Producer.remote(0)
+        p = Producer.remote(0, 1)
         t0 = time.monotonic()
         ray.get(p.burst.remote(200_000))
         rldbg.trace.stop(export=False)
@@ -86,7 +86,7 @@ def main() -> None:
         spill = rldbg.trace.start(path, memory_hz=0, buffer_events=1 << 20, flush_interval=1.0)
         cpid = os.getpid()   # the collector lives in the driver (trace/server.py)
         base = _rss(cpid)
-        ps = [Producer.remote(r) for r in range(a.producers)]
+        ps = [Producer.remote(r, a.producers) for r in range(a.producers)]
         peak, samples, stop = [0], [], threading.Event()
 
         def watch():

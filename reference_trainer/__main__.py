@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from pathlib import Path
 
 # The trainer's own libraries: `pip install rldbg` alone brings the debugger, not these.
 NEEDS = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "yaml", "tqdm")
@@ -12,7 +13,8 @@ NEEDS = ("torch", "transformers", "tokenizers", "safetensors", "numpy", "yaml", 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m reference_trainer",
                                 description="Reference PPO/GRPO trainer on Ray worker groups.")
-    p.add_argument("--preset", default="demo", help="a preset from reference_trainer/presets (default: demo)")
+    presets = sorted(f.stem for f in (Path(__file__).parent / "presets").glob("*.yaml"))
+    p.add_argument("--preset", default="demo", help=f"a preset: {', '.join(presets)} (default: demo)")
     p.add_argument("--config", help="a YAML file applied on top of the preset")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. algorithm.adv_estimator=gae")
     args = p.parse_args(argv)

@@ -2,7 +2,9 @@
 Unknown keys and bad values fail with one line naming the key and what is accepted."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,13 +221,16 @@ def _coerce(key: str, value, hint):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif hint is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
+            number = float(value)
+        elif isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+            with contextlib.suppress(ValueError):
+                number = float(value)
+        if number is not None and math.isfinite(number):   # nan passes every bound check below
+            return number
+        if number is not None:
+            raise ConfigError(f"config key {key!r} needs a finite number, got {value!r}")
     elif hint is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)

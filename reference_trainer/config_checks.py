@@ -146,6 +146,19 @@ def _known_methods(cfg: Config) -> list[str] | None:
     return sorted({m for role in roles_of(cfg) for m in registered_methods(classes[role])})
 
 
+def _check_model(preset: str) -> None:
+    """A preset name or a Hugging Face checkpoint folder, known here and not in a worker after Ray started."""
+    if Path(preset).is_dir():
+        if not (Path(preset) / "config.json").is_file():
+            raise ConfigError(f"config key 'model.preset' is the folder {preset!r}, which holds no config.json; "
+                              "accepted: a preset name or a Hugging Face checkpoint folder")
+        return
+    from reference_trainer.tasks.models import PRESETS   # torch and transformers: the run needs them anyway
+    if preset not in PRESETS:
+        raise ConfigError(f"config key 'model.preset' is {preset!r}; accepted: {', '.join(sorted(PRESETS))}, "
+                          "or a Hugging Face checkpoint folder")
+
+
 def validate(cfg: Config) -> None:
     for key, accepted in CHOICES.items():
         section, name = key.split(".")
@@ -159,6 +172,7 @@ def validate(cfg: Config) -> None:
         section, name = key.split(".")
         if getattr(getattr(cfg, section), name) <= 0:
             raise ConfigError(f"config key {key!r} must be > 0, got {getattr(getattr(cfg, section), name)!r}")
+    _check_model(cfg.model.preset)
     if cfg.algorithm.adv_estimator == "grpo" and cfg.data.group_size < 2:
         raise ConfigError(f"GRPO compares responses within a group; data.group_size={cfg.data.group_size} must be ≥ 2 "
                           "(or set algorithm.adv_estimator=gae)")

@@ -1,12 +1,16 @@
-"""Stopping a run from outside: SIGTERM (`ray job stop`, SLURM, Kubernetes, `timeout`) and SIGINT
-(Ctrl-C) end training in the driver at the next safe point, and fit()'s cleanup still runs: the
-trace is flushed and exported, the control hub releases its gate and removes its file, the workers
-and an embedded Ray cluster are shut down. A second signal exits immediately, cleanup or not.
+"""Stopping a run from outside: SIGTERM to the driver (`ray job stop`, Kubernetes, `timeout
+--foreground`) and SIGINT (Ctrl-C) end training in the driver at the next safe point, and fit()'s
+cleanup still runs: the trace is flushed and exported, the control hub releases its gate and
+removes its file, the workers and an embedded Ray cluster are shut down. A second signal exits
+immediately, cleanup or not.
 
 Safe points: between steps, and every slice of a worker-group wait (so a call that blocks
 forever, a hung collective, does not hold the stop); a parked step gate is released at once.
 The handler itself only records the signal: an exception raised inside Ray's C++ wait (where the
 handler may run) leaves the core worker broken ("returned a result with an exception set").
+
+A SIGTERM to the whole process group (`timeout`, `scancel`) reaches an embedded cluster's GCS and
+raylet too (Ray blocks SIGINT in them, not SIGTERM): they exit at once and the driver cannot clean up.
 
 Ray installs a C++ handler in the driver that aborts the process on SIGTERM (no Python cleanup, an
 embedded cluster's agents left running); the Python handler installed here replaces it for the run.

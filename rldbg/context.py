@@ -100,8 +100,9 @@ class WorkerIdentity:
 
 def _roles(role) -> tuple:
     roles = tuple(role.split("+")) if isinstance(role, str) else tuple(role)
-    if not roles or not all(isinstance(r, str) and r and "[" not in r and " " not in r for r in roles):
-        raise ValueError(f"bad role {role!r}: a non-empty name without spaces or '[', or a list of them")
+    # '.' and ':' would be read as ROLE.METHOD in a breakpoint spec and ROLE:RANK by `rldbg attach`
+    if not roles or not all(isinstance(r, str) and r and not any(c in r for c in " [.:") for r in roles):
+        raise ValueError(f"bad role {role!r}: a non-empty name without spaces, '[', '.' or ':', or a list of them")
     return roles
 
 

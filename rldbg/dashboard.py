@@ -3,6 +3,7 @@ without Ray imported. Every request carries the cluster's token when there is on
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import urllib.error
@@ -31,14 +32,15 @@ def env_address() -> tuple[str, str] | None:
 
 def resolve_address(address: str | None = None) -> str:
     """Explicit argument, else env_address(), else DEFAULT_ADDRESS."""
-    if not address:
-        found = env_address()
-        address = found[0] if found else None
+    if not address and (found := env_address()):
+        address = found[0]
     return _normalise(address) if address else DEFAULT_ADDRESS
 
 
 def _normalise(address: str) -> str:
     given = address.strip()   # the scheme before the trailing slashes go: "http://" is no host called "http"
+    if "://" in given and not given.startswith(("http://", "https://")):   # ray://, a GCS or client address
+        raise DashboardError(f"bad dashboard address {given!r}: expected http://HOST:PORT, e.g. {DEFAULT_ADDRESS}")
     address = (given if given.startswith(("http://", "https://")) else "http://" + given).rstrip("/")
     parsed = urllib.parse.urlparse(address)
     if not parsed.hostname:
@@ -74,8 +76,11 @@ def request_json(url: str, token: str | None, timeout: float, method: str = "GET
         req.add_header("Content-Type", "application/json")
     if token:
         req.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        answer = resp.read()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            answer = resp.read()
+    except http.client.HTTPException as e:   # not HTTP at all (a GCS port): as an answer that is not JSON
+        raise ValueError(f"not an HTTP answer ({type(e).__name__})") from None
     return answer.decode("utf-8", "replace") if raw else json.loads(answer)
 
 
@@ -147,8 +152,7 @@ class Dashboard:
 
     def nodes_summary(self) -> list[dict]:
         """Host memory/CPU and gpus[] per node (the dashboard caches it ~2 s)."""
-        body = self.get("/nodes", [("view", "summary")])
-        return body.get("data", {}).get("summary", [])
+        return self.get("/nodes", [("view", "summary")]).get("data", {}).get("summary", [])
 
     def traceback(self, pid: int, ip: str | None = None, node_id: str | None = None, native: bool = False) -> str:
         """py-spy dump of one worker, as text (needs RAY_DASHBOARD_ENABLE_PROFILING=1 on the head)."""

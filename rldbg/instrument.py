@@ -156,8 +156,9 @@ def call_dispatched(call: Call, shards: list | None = None) -> None:
     """Everything is sent; `shards` (optional, one summarize()d dict per rank) go in the trace."""
     if _rt.STATE.on:
         call.t_dispatched = time.time_ns()
-        if shards is not None:
-            call.shards = [_shard_brief(s) for s in shards]
+        if shards is not None:   # summaries (summarize()) or the shards themselves
+            call.shards = [_shard_brief(s if isinstance(s, dict) and ("keys" in s or "type" in s) else summarize(s))
+                           for s in shards]
 
 
 def _finish(call: Call, status: str, extra: dict) -> None:
@@ -216,6 +217,10 @@ def set_worker_identity(role: str, rank: int, world: int, *, roles=None, node_id
     from rldbg.context import _roles
 
     names = _roles(roles if roles else role)
+    if type(rank) is bool or type(world) is bool or not (isinstance(rank, int) and isinstance(world, int)) \
+            or not 0 <= rank < world:
+        raise ValueError(f"set_worker_identity: bad rank {rank!r} of world {world!r}: expected integers, "
+                         "0 <= rank < world")
     if role not in names and "+".join(names) != role:
         names = (role, *[r for r in names if r != role])
     if node_id is None or node_ip is None:

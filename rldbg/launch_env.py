@@ -37,6 +37,8 @@ def worker_env(*, breakpoints=(), post_mortem: bool = False, listen_roles=(), li
         items = [s for s in (breakpoints.split(";") if isinstance(breakpoints, str) else breakpoints) if s.strip()]
         parse_many(items)                      # SpecError (a ValueError) on a bad spec
         env[BREAKPOINTS] = ";".join(items)
+    if type(post_mortem) is not bool:   # "no" would be truthy
+        raise ValueError(f"bad post_mortem {post_mortem!r}: accepted True, False")
     if post_mortem:
         env[POST_MORTEM] = "1"
     if listen_roles:
@@ -60,9 +62,7 @@ def worker_env(*, breakpoints=(), post_mortem: bool = False, listen_roles=(), li
         env[FAILURES_DIR] = str(failures_dir)
     if inherit:
         source = os.environ if environ is None else environ
-        for key in WORKER_SWITCHES:
-            if key in source and key not in env:
-                env[key] = source[key]
+        env.update({key: source[key] for key in WORKER_SWITCHES if key in source and key not in env})
     from rldbg.debug.listen import check_env
 
     check_env(env)   # a bad rank list fails here, on the driver

@@ -3,6 +3,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -106,6 +107,36 @@ def test_address_resolution(monkeypatch):
         resolve_address("http://")
     with pytest.raises(DashboardError, match=r"^bad dashboard address '::bad::': expected"):
         resolve_address("::bad::")
+    for other in ("ray://127.0.0.1:10001", "ftp://127.0.0.1:8265"):   # not turned into http://ftp://...
+        with pytest.raises(DashboardError, match=rf"^bad dashboard address '{other}': expected http://HOST:PORT"):
+            resolve_address(other)
+
+
+def test_a_port_that_does_not_speak_http_is_one_line():
+    """The GCS port `ray start` prints, given where the dashboard's goes: a server whose answer is not
+    HTTP at all (http.client's BadStatusLine, no OSError) fails in one line, as a non-JSON answer does."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    port = server.getsockname()[1]
+
+    def answer():
+        for _ in range(2):
+            conn, _ = server.accept()
+            conn.recv(4096)
+            conn.sendall(b"\x00\x00\x00\x18\x04\x00\xfe?\r\n")
+            conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        for cmd in (["breakpoints"], ["top", "--once"]):
+            out = subprocess.run([sys.executable, "-m", "rldbg.cli", *cmd, "--address", f"127.0.0.1:{port}"],
+                                 capture_output=True, text=True, timeout=60)
+            lines = out.stderr.strip().splitlines()
+            assert out.returncode != 0 and "Traceback" not in out.stderr and len(lines) == 1, out.stderr
+            assert f"127.0.0.1:{port}" in lines[0] and "did not answer JSON" in lines[0], lines
+    finally:
+        server.close()
 
 
 def test_profiling_403_message():

@@ -42,7 +42,7 @@ class Shard:
 
     def update(self, x):
         batch_size = 8
-        rldbg.breakpoint(rank=1)
+        rldbg.breakpoint(rank=1)  # ASKS-TO-STOP
         result = batch_size * x  # STOP-UPDATE
         return result
 
@@ -113,6 +113,10 @@ def test_only_rank1_pauses_attach_inspect_change(cluster, shards, tmp_path):
     w = listed[0]
     assert (w["role"], w["rank"], w["world"], w["method"]) == ("actor", 1, 2, "update")
     assert w["port"] == paused[0]["debugger_port"] and w["host"] == "127.0.0.1"
+    rc, out = _cli("stack", "--address", DASH, "--role", "actor")   # the pause reads as one, not a hang
+    assert rc == 0 and (f"actor: rank 1 still in a call (paused at a breakpoint at Shard.update "
+                        f"(test_debug_e2e.py:{_line_of('# ASKS-TO-STOP')}): `rldbg attach` reaches it); rank 0 finished"
+                        ) in out, out
 
     launch = tmp_path / ".vscode" / "launch.json"
     rc, _ = _cli("vscode", "--address", DASH, "--output", str(launch))

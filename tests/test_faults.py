@@ -45,7 +45,7 @@ def _one_line(stderr: str) -> str:
 @ray.remote(num_cpus=0)
 class Emitter:
     def __init__(self, role, rank):
-        ri.set_worker_identity(role, rank, 1)
+        ri.set_worker_identity(role, rank, 2)
 
     def emit(self, n, name="e"):
         for i in range(n):

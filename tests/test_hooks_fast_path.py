@@ -117,6 +117,21 @@ def test_what_a_caller_hands_a_hook_is_recorded_as_it_was_when_the_hook_ran(trac
     assert span.args["phases"] == ["offload", "in place"] and span.args["frees"] == ["optimizer"]
 
 
+def test_a_driver_call_takes_its_shards_as_summaries_or_as_the_shards_themselves(tracing_state):
+    """The README's `ri.call_dispatched(call, shards)`: the shards as sent (a tensor, a dict of
+    tensors, a list) are summarised as ri.summarize() would; a summary is taken as it is."""
+    import torch
+
+    rec = tracing_state()
+    call = ri.call_begin("rollout", "generate", "all", 4, step=0)
+    ri.call_dispatched(call, [torch.zeros(4, 2), {"ids": torch.zeros(3, 5, dtype=torch.int64)}, [1, 2],
+                              ri.summarize(torch.zeros(6))])
+    ri.call_collected(call)
+    shards = next(e for e in _held(rec) if e.cat == "call").args["shards"]
+    assert shards == [{"rows": 4, "nbytes": 32, "keys": [""]}, {"rows": 3, "nbytes": 120, "keys": ["ids"]},
+                      {"rows": 2, "nbytes": 0, "keys": []}, {"rows": 6, "nbytes": 24, "keys": [""]}]
+
+
 @pytest.mark.parametrize("reuse_ns", [0, 10**10])
 def test_an_opening_takes_the_sample_an_adjacent_edge_just_took_and_an_end_always_reads_anew(tracing_state,
                                                                                            monkeypatch, reuse_ns):

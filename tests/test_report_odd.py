@@ -195,3 +195,12 @@ def test_the_html_page_goes_into_a_new_folder_and_an_impossible_one_fails_before
     out = subprocess.run([RLDBG, "report", path, "--html", str(bad)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stdout == "", out.stdout
     assert out.stderr.strip() == f"rldbg report: cannot write {bad}: a file is where a folder would be", out.stderr
+    # A folder given as the page fails first too; a report that fails leaves no folder made for its page.
+    out = subprocess.run([RLDBG, "report", path, "--html", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert out.stderr.strip() == (f"rldbg report: cannot write {tmp_path}: it is a folder; name the page, "
+                                  f"e.g. {tmp_path / 'report.html'}"), out.stderr
+    empty = _write(tmp_path / "empty.json", [])
+    out = subprocess.run([RLDBG, "report", empty, "--html", str(tmp_path / "gone" / "sub" / "r.html")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and not (tmp_path / "gone").exists(), out.stderr

@@ -99,6 +99,16 @@ def test_open_bad_inputs_fail_in_one_line(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "missing.json.gz" in r.stderr
     r = _rldbg("open", str(tmp_path), "--no-browser", "--port", "70000")
     assert r.returncode == 2 and "70000" in r.stderr and "0-65535" in r.stderr
+    # What the UI cannot read is not served: a store, a spill (exported first), a wrong timeout.
+    (tmp_path / "trace.rldbg.db").write_bytes(b"SQLite format 3\x00")
+    (tmp_path / "trace.spill").mkdir()
+    (tmp_path / "trace.spill" / "meta.json").write_text("{}")
+    spill = tmp_path / "trace.spill"
+    for args, said in [((str(tmp_path / "trace.rldbg.db"),), "not a trace the Perfetto UI reads (.json, .json.gz"),
+                       ((str(spill),), f"`rldbg export {spill} -o trace.json.gz`"),
+                       ((str(tmp_path), "--timeout", "nan"), "--timeout nan must be > 0 seconds")]:
+        r = _rldbg("open", *args, "--no-browser")
+        assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and said in r.stderr, r.stderr
 
 
 def _chromium(*args):

@@ -48,7 +48,7 @@ def test_a_recorded_gpu_trace_reports_as_the_json_path_did_imported_or_from_its_
         assert r.returncode == 0, r.stderr
         assert r.stdout.splitlines()[1:] == want_text, path
         got = json.loads(_report(path, "--json").stdout)
-        assert got.pop("trace") == str(path)
+        assert got.pop("trace") == str(path) and got.pop("store") is None   # no store beside: imported, or itself
         assert got == want_json, path
 
 
@@ -82,6 +82,7 @@ def test_the_report_of_a_perfetto_file_reads_the_store_beside_it(tmp_path):
     out.write_text("\n".join(lines[:5]) + "\n")
     cut = _report(out)
     assert cut.returncode == 0 and cut.stdout == whole.stdout and "WARNING" not in cut.stdout
+    assert whole.stdout.splitlines()[0] == f"rldbg report: {out} (read from its store, trace.rldbg.db)"
     # The store itself, and the file copied elsewhere without it (imported): the same report.
     assert _report(info["store"]).stdout.splitlines()[1:] == whole.stdout.splitlines()[1:]
     alone = tmp_path / "alone"
@@ -138,6 +139,13 @@ def test_what_is_no_trace_nor_store_is_one_line_naming_it(tmp_path):
     garbage = tmp_path / "garbage.rldbg.db"   # an SQLite header and then nothing a database holds
     garbage.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
     _one_line_error(garbage, "is not an rldbg store")
+    text = tmp_path / "text.rldbg.db"   # no SQLite header: read as a trace, and what its name promised said too
+    text.write_text("x")
+    _one_line_error(text, "not a Chrome JSON trace (expected an array of events or an object with traceEvents); "
+                          "nor an rldbg store (no SQLite header)")
+    fake = tmp_path / "fake.json.gz"
+    fake.write_text("garbage")
+    _one_line_error(fake, "; nor gzip data, though named .gz")
 
 
 def test_a_store_cut_short_while_written_is_refused_in_one_line(tmp_path):

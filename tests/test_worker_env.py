@@ -35,6 +35,7 @@ def test_inherits_driver_switches_unless_given():
     ({"listen_ranks": "x1"}, "bad RLDBG_LISTEN_RANKS 'x1'"),
     ({"profile": {"dir": "/tmp/p", "steps": ["two"]}}, "steps"),
     ({"profile": {"roles": ["actor"]}}, "'dir'"),
+    ({"post_mortem": "no"}, "bad post_mortem 'no': accepted True, False"),
 ])
 def test_bad_values_fail_on_the_driver(kwargs, needle):
     with pytest.raises(ValueError, match=needle) as e:

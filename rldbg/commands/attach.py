@@ -30,6 +30,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    if args.timeout is not None and not 0 < args.timeout <= 86400:   # nan too: a 0 s connect broke debugpy's listener
+        return fail(f"rldbg attach: bad --timeout {args.timeout}: expected 0 < seconds <= 86400", 2)
     if args.role is None and (args.rank is not None or args.breaks):
         return fail("rldbg attach: --rank and --break need --role ROLE (a listening worker)", 1)
     if args.role is not None:

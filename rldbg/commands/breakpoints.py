@@ -13,12 +13,13 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    paused = list_paused(cli_dashboard(args.address, "rldbg breakpoints"))
+    dash = cli_dashboard(args.address, "rldbg breakpoints")
+    paused = list_paused(dash)
     if args.json:
         print(json.dumps([p.to_dict() for p in paused], indent=2))
         return 0
-    if not paused:
-        print("no paused workers")
+    if not paused:   # which cluster was asked: the newest local one may not be the user's
+        print(f"no paused workers (in the cluster whose dashboard is {dash.address})")
         return 0
     rows = [("ROLE", "RANK", "METHOD", "NODE", "PID", "DEBUGPY")]
     rows += [(p.role, "-" if p.rank is None else f"{p.rank}/{p.world}", p.method or "-",

@@ -16,5 +16,4 @@ def run(args) -> int:
     if importlib.util.find_spec("reference_trainer") is None:
         print("rldbg demo: the reference trainer is not installed: pip install 'rldbg[trainer]'", file=sys.stderr)
         return 2
-    cmd = [sys.executable, "-m", "reference_trainer", "--preset", args.preset, *args.overrides]
-    return subprocess.call(cmd)
+    return subprocess.call([sys.executable, "-m", "reference_trainer", "--preset", args.preset, *args.overrides])

@@ -25,8 +25,18 @@ def traced_job(address: str, name: str | None, prog: str) -> tuple[str, dict]:
     """(collector name, its entry) of the traced job `name` (default: the only one) on the Ray
     cluster at `address`; SystemExit with one line when there is no cluster, none or several."""
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import socket
+
     import ray
     from rldbg.trace import address as where
+    gcs = None
+    try:   # ray.init retries a dead GCS for a minute, printing Ray's own warnings: knock first
+        host, port = (gcs := ray._private.services.canonicalize_bootstrap_address(address)).rsplit(":", 1)
+        socket.create_connection((host, int(port)), timeout=3).close()
+    except OSError as e:   # refused, unreachable, or (ConnectionError) no cluster found for "auto"
+        raise SystemExit(f"{prog}: no Ray cluster at --address {address!r} ({gcs + ': ' if gcs else ''}{e})") from None
+    except Exception:   # noqa: BLE001 - nothing to knock at (a Ray without it, an odd address): ray.init says
+        pass
     try:
         ray.init(address=address, namespace=where.NAMESPACE, logging_level="ERROR")
     except (ConnectionError, RuntimeError) as e:
@@ -36,7 +46,10 @@ def traced_job(address: str, name: str | None, prog: str) -> tuple[str, dict]:
     finally:
         ray.shutdown()
     if name is None:
-        if len(found) != 1:
+        if not found:
+            raise SystemExit(f"{prog}: no traced job on the Ray cluster at --address {address!r} (a run traces with "
+                             "trace.enabled=true, RLDBG_TRACE or rldbg.trace.start())")
+        if len(found) > 1:
             raise SystemExit(f"{prog}: found {len(found)} traced jobs {sorted(found)}; pick one with --collector")
         name = next(iter(found))
     elif name not in found:

@@ -10,7 +10,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from rldbg.commands import fail
+from rldbg.commands import fail, make_folder, unmake
 from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
 from rldbg.dashboard import DashboardError
 from rldbg.profilers import flamegraph, pyspy, targets
@@ -42,12 +42,23 @@ def run(args) -> int:
         return fail(f"rldbg flame: bad --seconds {args.seconds}: expected 0 < seconds <= 3600", 2)
     if not 1 <= args.rate <= 10000:
         return fail(f"rldbg flame: bad --rate {args.rate}: expected 1-10000 samples per second", 2)
+    if args.rank is not None and args.rank < 0:
+        return fail(f"rldbg flame: bad --rank {args.rank}: expected a rank >= 0", 2)
+    out = args.out or f"rldbg-flame-{time.strftime('%Y%m%d-%H%M%S')}"
+    why, made = make_folder(out)   # before the cluster is asked: a typo fails at once
+    if why:
+        return fail(f"rldbg flame: cannot write to {out}: {why}", 2)
+    try:
+        return _record(args, out)
+    finally:
+        unmake(made)   # what recorded nothing is not left behind (a folder with files stays)
+
+
+def _record(args, out: str) -> int:
     dash = cli_dashboard(args.address, "rldbg flame")
     found, why = targets.find_or_explain(dash, args.role, args.rank, args.run)
     if why:
         return fail(f"rldbg flame: {why}", 1)
-    out = args.out or f"rldbg-flame-{time.strftime('%Y%m%d-%H%M%S')}"
-    os.makedirs(out, exist_ok=True)
     print(f"recording {len(found)} worker(s) for {args.seconds:g} s: {', '.join(t.label for t in found)}",
           file=sys.stderr)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 
 from rldbg.commands import fail
 
@@ -29,10 +30,10 @@ def _resolve(path: str) -> str:
 
 
 def run(args) -> int:
-    from rldbg.trace.open_ui import OpenError, TraceServer, browser_available
+    from rldbg.trace.open_ui import DEFAULT_ORIGIN, DEFAULT_PORT, OpenError, TraceServer, browser_available
     if not 0 <= args.port <= 65535:
         return fail(f"rldbg open: --port {args.port} is not a port (0-65535)", 2)
-    if args.timeout <= 0:
+    if not 0 < args.timeout < float("inf"):   # nan too
         return fail(f"rldbg open: --timeout {args.timeout} must be > 0 seconds", 2)
     if not args.origin.startswith(("https://", "http://")):
         return fail(f"rldbg open: --origin {args.origin!r} is not an http(s) origin, e.g. https://ui.perfetto.dev", 2)
@@ -41,6 +42,9 @@ def run(args) -> int:
     except OpenError as e:
         return fail(f"rldbg open: {e}", 2)
     link = server.link
+    if server.port != DEFAULT_PORT and args.origin == DEFAULT_ORIGIN:
+        print(f"rldbg open: WARNING: ui.perfetto.dev fetches only from 127.0.0.1:{DEFAULT_PORT}; on port "
+              f"{server.port} the link works with a self-hosted UI (--origin)", file=sys.stderr, flush=True)
     opened = False
     if not args.no_browser and browser_available():
         import webbrowser

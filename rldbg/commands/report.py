@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from rldbg.commands import fail
+from rldbg.commands import fail, make_folder, unmake
 
 DAMAGED_RC = 3
 EXIT_AT_ONCE = True   # rldbg.cli: skip freeing the loaded trace object by object at exit
@@ -27,13 +27,11 @@ def add_arguments(parser) -> None:
 
 def recorded_losses(t) -> str | None:
     """One line from the trace's own loss records (trace/collector.py, the exporter's drop counter), or None."""
-    summary = t.loss_summary()
-    if summary:
+    if summary := t.loss_summary():
         # The collector writes a {cause: count} and a list of process names; an edited trace may not.
         by_cause, silent = summary.get("by_cause"), summary.get("silent")
-        by_cause = by_cause if isinstance(by_cause, dict) else {}
+        causes = ", ".join(f"{n} {c}" for c, n in sorted(by_cause.items())) if isinstance(by_cause, dict) else ""
         silent = [str(s) for s in silent] if isinstance(silent, list) else []
-        causes = ", ".join(f"{n} {c}" for c, n in sorted(by_cause.items()))
         parts = [p for p in (causes,
                              f"{len(silent)} process(es) stopped reporting: {', '.join(silent)}" if silent else "",
                              f"collector restarted {summary['collector_restarts']}x"
@@ -49,17 +47,20 @@ def run(args) -> int:
 
     from rldbg.store import TraceFileError
     from rldbg.trace.report import analysis, read_trace, render
-    try:   # the page's folder, made as export -o makes its own, before any work: a typo fails at once
-        args.html and os.makedirs(os.path.dirname(os.path.abspath(args.html)), exist_ok=True)
-    except OSError as e:   # makedirs says "File exists" of a file where a folder would go
-        why = "a file is where a folder would be" if isinstance(e, FileExistsError) else e.strerror
-        return fail(f"rldbg report: cannot write {args.html}: {why}", 2)
+    # The page's folder, made as export -o makes its own, before any work: a typo fails at once.
+    made = []
+    if args.html:
+        why, made = (f"it is a folder; name the page, e.g. {os.path.join(args.html, 'report.html')}", []) \
+            if os.path.isdir(args.html) else \
+            make_folder(os.path.dirname(os.path.abspath(args.html)))
+        if why:
+            return fail(f"rldbg report: cannot write {args.html}: {why}", 2)
     try:
         t = read_trace(args.trace)
-    except sqlite3.DatabaseError as e:   # a store damaged after it was written
-        return fail(f"rldbg report: {args.trace!r}: damaged store ({e})", 2)
-    except TraceFileError as e:
-        return fail(f"rldbg report: {e}", 2)
+    except (sqlite3.DatabaseError, TraceFileError) as e:   # a store damaged after it was written, or no trace
+        unmake(made)   # no page will be written: no folder made for it stays
+        return fail(f"rldbg report: {args.trace!r}: damaged store ({e})" if isinstance(e, sqlite3.DatabaseError)
+                    else f"rldbg report: {e}", 2)
     _read.append(t)
     notes, lost = t.notes, recorded_losses(t)
     if not args.json:
@@ -73,6 +74,7 @@ def run(args) -> int:
     try:
         result = analysis(t)
     except TraceFileError as e:
+        unmake(made)
         return fail(f"rldbg report: {e}", 2)
     print(json.dumps(dict(result, damage=notes, losses=lost), indent=1) if args.json else render(result))
     if args.html:

@@ -79,8 +79,7 @@ def once(source) -> int:
 
     source.catch_up = True   # the newest state of every worker, not the first page of the backlog
     view = Model(source.address).update(source.poll())
-    slow = [(what, s) for what, s in getattr(source, "waited", {}).items() if s >= SLOW_ANSWER_S]
-    if slow:
+    if slow := [(what, s) for what, s in getattr(source, "waited", {}).items() if s >= SLOW_ANSWER_S]:
         print("rldbg top: waited " + ", ".join(f"{s:.1f} s for {what}" for what, s in slow)
               + f" (a busy machine answers slowly; --wait {source.timeout:g} bounds each answer)",
               file=sys.stderr, flush=True)
@@ -96,7 +95,6 @@ def once(source) -> int:
         print("(no role x rank actors in the dashboard)")
     if view.status == "connected":
         print(gate_line(view.gate).plain)
-        pending = view.gate.get("pending")
-        if pending:
+        if pending := view.gate.get("pending"):
             print(f"pending: {pending.get('phase')} {pending.get('group')}.{pending.get('method')} step {pending.get('step')}")
     return 0 if view.status != "disconnected" else 1

@@ -60,8 +60,7 @@ def update_launch(path: Path, entries: list[dict], compound: dict | None = None,
     only that role's generated entries and compounds are replaced (the others stay)."""
     data = {"version": "0.2.0", "configurations": []}
     if path.exists():
-        text = path.read_text()
-        if text.strip():
+        if (text := path.read_text()).strip():
             try:
                 data = json.loads(strip_jsonc(text))
             except ValueError as e:

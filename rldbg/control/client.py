@@ -37,7 +37,7 @@ class HubClient:
             if e.code == 401:
                 src = "no token given" if not self.token else "the token was rejected"
                 raise HubError(f"the rldbg hub at {self.url} refused the request ({src}); pass the "
-                               "token from ~/.rldbg/hub-<job>.json on the driver's machine", 401) from None
+                               "token from ~/.rldbg/hub-<job>-<pid>.json on the driver's machine", 401) from None
             raise HubError(f"{detail or e.reason} (hub {self.url}, {method} {path} -> {e.code})", e.code) from None
         except (urllib.error.URLError, OSError) as e:
             raise HubError(f"cannot reach the rldbg hub at {self.url} ({getattr(e, 'reason', e)}); "

@@ -68,7 +68,7 @@ def serve(hub, host: str, port: int, token: str):
                 return True
             why = "missing" if not got else "wrong"
             self._send(401, {"error": f"{why} bearer token: send 'Authorization: Bearer <token>' "
-                                      "(the token is in ~/.rldbg/hub-<job>.json on the driver's machine)"})
+                                      "(the token is in ~/.rldbg/hub-<job>-<pid>.json on the driver's machine)"})
             return False
 
         def _body(self) -> dict:
@@ -92,8 +92,7 @@ def serve(hub, host: str, port: int, token: str):
             try:
                 self._send(200, fn())
             except LookupError as e:
-                code = 404 if isinstance(e, KeyError) else 409
-                self._send(code, {"error": str(e).strip("'\"")})
+                self._send(404 if isinstance(e, KeyError) else 409, {"error": str(e).strip("'\"")})
             except ValueError as e:
                 self._send(400, {"error": str(e)})
             except Exception as e:   # the API must answer, not drop the connection

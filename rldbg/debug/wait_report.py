@@ -3,6 +3,7 @@ workers on the dashboard and say which role/rank is at a breakpoint and how to a
 a pause reads as a pause, not a hang."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -10,10 +11,21 @@ import time
 from rldbg.debug.specs import role_matches
 from rldbg.switches import HANG_REPORT_S, WAIT_REPORT_S
 
-REPORT_AFTER_S = float(os.environ.get(WAIT_REPORT_S, "5"))
+
+def _seconds(name: str, default: float) -> float:
+    """A switch's seconds; a bad value is said once and the default kept: read in the user's loop."""
+    text = os.environ.get(name) or str(default)
+    with contextlib.suppress(ValueError):
+        if 0 < (value := float(text)) < float("inf"):
+            return value
+    print(f"rldbg: ignoring {name}={text!r}: expected seconds > 0; using {default}", file=sys.stderr)
+    return default
+
+
+REPORT_AFTER_S = _seconds(WAIT_REPORT_S, 5.0)
 # After this long a call that is not paused at a breakpoint looks hung: read the group's stacks
 # once and say which ranks sit in a collective and which one is elsewhere.
-HANG_AFTER_S = float(os.environ.get(HANG_REPORT_S, "60"))
+HANG_AFTER_S = _seconds(HANG_REPORT_S, 60.0)
 _last_check = 0.0
 _reported: set = set()
 _explained: set = set()
@@ -30,8 +42,7 @@ def report(group: str, method: str, flow_id: int, waited_s: float) -> list[str]:
     from rldbg.dashboard import Dashboard
     from rldbg.debug.paused_workers import list_paused
 
-    address = os.environ.get("RAY_DASHBOARD_ADDRESS") or own_dashboard()
-    if address is None:
+    if (address := os.environ.get("RAY_DASHBOARD_ADDRESS") or own_dashboard()) is None:
         return []
     try:
         paused = list_paused(Dashboard(address, timeout=3))

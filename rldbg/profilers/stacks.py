@@ -111,7 +111,8 @@ _WAIT_NAMES = {"wait", "Event.wait", "Condition.wait", "Queue.get", "get", "slee
 def classify(thread) -> tuple[str, str, object]:
     """(kind, what, frame) of a main thread: ("collective", "all_reduce", caller) inside
     torch.distributed, ("wait", "Event.wait", caller) blocked in a stdlib wait, ("between", "", None)
-    a Ray actor between calls, ("running", name, frame) otherwise. The frame is the innermost one of
+    a Ray actor between calls, ("paused", "breakpoint", frame) at an rldbg breakpoint, ("running",
+    name, frame) otherwise. The frame is the innermost one of
     the user's code around it. (py-spy's idle/active only says who holds the GIL.)"""
     frames = thread.frames
     fulls = thread.full_files or [""] * len(frames)
@@ -119,8 +120,10 @@ def classify(thread) -> tuple[str, str, object]:
         return "running", "", None
     if frames[0].name == "Worker.main_loop":
         return "between", "", None
-    c10d = [i for i, f in enumerate(frames) if f.file.endswith(_C10D_FILES[0])]
-    if c10d:
+    if paused := [i for i, f in enumerate(frames) if f.file.endswith("rldbg/debug/breakpoints.py")]:
+        # debugpy waits inside rldbg's pause: the frame that asked for it is the first outside rldbg.
+        return "paused", "breakpoint", next((f for f in frames[paused[-1] + 1:] if "rldbg/" not in f.file), None)
+    if c10d := [i for i, f in enumerate(frames) if f.file.endswith(_C10D_FILES[0])]:
         # The outermost distributed_c10d frame is the API the user called; its caller is user code
         # (skipping torch's logging wrapper around it).
         api = c10d[-1]
@@ -148,8 +151,7 @@ def group(results) -> tuple[list[Group], list[Result]]:
         g = groups.setdefault(tuple(frames), Group(frames=frames, where=where(t), thread=t))
         g.results.append(r)
         g.active = g.active or t.active
-    ordered = sorted(groups.values(), key=lambda g: (len(g.results), g.results[0].target.label))
-    return ordered, failed
+    return sorted(groups.values(), key=lambda g: (len(g.results), g.results[0].target.label)), failed
 
 
 def members(g: Group) -> str:
@@ -197,7 +199,7 @@ def to_json(groups, failed) -> dict:
 class RankState:
     label: str          # "critic rank 1"
     rank: int | None
-    kind: str           # collective | wait | between | running
+    kind: str           # collective | wait | between | paused | running
     what: str           # "all_reduce", "Event.wait"
     where: str          # "update_critic (critic.py:54)": the innermost frame of user code
 
@@ -243,6 +245,8 @@ def explain(results) -> list[str]:
 
 
 def _doing(s: RankState) -> str:
+    if s.kind == "paused":
+        return f"paused at a breakpoint at {s.where}: `rldbg attach` reaches it"
     if s.kind == "wait":
         return f"{s.what} in {s.where}"
     return "idle between calls" if s.kind == "between" else f"running in {s.where}"

@@ -33,7 +33,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 def check_logdir(logdir: str) -> tuple[list[str], list[str]]:
     """(torch traces, scalar event files) under logdir; raises when there is nothing to show."""
     if not os.path.isdir(logdir):
-        raise TensorBoardError(f"directory {logdir!r} does not exist; pass --logdir DIR "
+        what = "is a file, not a directory" if os.path.exists(logdir) else "does not exist"
+        raise TensorBoardError(f"{logdir!r} {what}; pass --logdir DIR "
                                "(a run's tb/ directory, default <run_dir>/tb)")
     traces = find_traces(logdir)
     # TensorBoard event files: the trainer's metrics run, <run_dir>/tb/metrics
@@ -56,8 +57,7 @@ def start(logdir: str, port: int = 0, host: str = "127.0.0.1") -> tuple[subproce
     port = port or free_port(host)
     cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", os.path.abspath(logdir),
            "--host", host, "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    return proc, f"http://{host}:{port}"
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), f"http://{host}:{port}"
 
 
 def get_json(url: str, timeout: float = 5.0):

@@ -23,7 +23,7 @@ import zlib
 
 import orjson
 
-from rldbg.store import TraceFileError, no_gc, schema, series
+from rldbg.store import SUFFIX, TraceFileError, no_gc, schema, series
 from rldbg.store.ingest import EventWriter
 from rldbg.store.queries import KEPT_INSTANTS, SLICE_CATS
 from rldbg.trace.chrome_text import args_json
@@ -78,9 +78,8 @@ def _scan_array(text: str, start: int, notes: list) -> list:
             obj, i = dec.raw_decode(text, i)
         except ValueError:
             nxt = text.find("\n{", i + 1)
-            tail = text[i:].strip()
             if nxt < 0:
-                if tail and tail not in ("]", "]}"):
+                if (tail := text[i:].strip()) and tail not in ("]", "]}"):
                     notes.append(f"truncated: the last event is cut at character {i} (after {len(out)} events)")
                 closed = True   # said once, not twice
                 break
@@ -115,10 +114,7 @@ def phases(events) -> tuple[dict, int]:
         except (KeyError, TypeError, ValueError, OverflowError):   # OverflowError: float(10**400)
             bad += 1
             continue
-        got = out.get(ph)
-        if got is None:
-            got = out[ph] = []
-        got.append(e)
+        out.setdefault(ph, []).append(e)
     return out, bad
 
 
@@ -199,7 +195,14 @@ def from_chrome(path: str, db_path: str = ":memory:") -> sqlite3.Connection:
     """The store of the Chrome JSON trace at `path` (TraceFileError, one line, for what is not
     one); in memory unless `db_path` names a file."""
     with no_gc():
-        _, notes, by_ph = _load(path)
+        try:
+            _, notes, by_ph = _load(path)
+        except TraceFileError as e:   # what its name promised, said too
+            with open(path, "rb") as f:
+                gz = f.read(2) == b"\x1f\x8b"
+            raise TraceFileError(str(e) + ("; nor an rldbg store (no SQLite header)" if path.endswith(SUFFIX) else
+                                           "; nor gzip data, though named .gz" if path.endswith(".gz") and not gz
+                                           else "")) from None
         conn = schema.create(db_path)
         conn.execute("INSERT INTO processes (id, key) VALUES (1, ?)", (f"imported:{path}",))
         meta = by_ph.get("M", [])
@@ -213,11 +216,9 @@ def from_chrome(path: str, db_path: str = ":memory:") -> sqlite3.Connection:
         out = EventWriter(conn)
         out.add(1, rows, args_are_text=True)
         out.close()
-    schema.put(conn, "source", {"imported": path})
-    schema.put(conn, "notes", notes)
-    schema.put(conn, "odd_fields", odd)
-    schema.put(conn, "odd_samples", odd_samples)
-    schema.put(conn, "dropped_total", dropped)
+    for key, value in {"source": {"imported": path}, "notes": notes, "odd_fields": odd, "odd_samples": odd_samples,
+                       "dropped_total": dropped}.items():
+        schema.put(conn, key, value)
     series.write(conn, out.samples)
     schema.finish(conn)
     return conn
@@ -256,8 +257,7 @@ def _slices(events, names: dict, odd: dict) -> list:
         role = f"pid {pid}" if role is None else role if type(role) is str else str(role)
         rec = {"name": e.get("name"), "rank": a.get("rank", 0), "step": a.get("step"), "method": a.get("method"),
                "flow": a.get("flow"), "args": a}
-        why = bad_field(rec)
-        if why is not None:
+        if (why := bad_field(rec)) is not None:
             odd[why] = odd.get(why, 0) + 1
             continue
         rows.append(("X", cat, rec["name"], ts_ns(e["ts"]), ts_ns(e.get("dur", 0)), role, rec["rank"], rec["step"],
@@ -290,12 +290,10 @@ def _counters(events, names: dict) -> tuple[list, int, int]:
     """(rows of the memory, ledger and GPU samples, samples that were not numbers, drop total)."""
     rows, odd, dropped = [], 0, []
     for e in events:
-        args = e.get("args")
-        if not args:
+        if not (args := e.get("args")):
             continue
         name = str(e.get("name", ""))
-        m = _RANK_COUNTER.match(name)
-        if m is None and name != _DROPPED:
+        if (m := _RANK_COUNTER.match(name)) is None and name != _DROPPED:
             continue
         good = {k: v for k, v in args.items() if finite_number(v)}
         odd += len(args) - len(good)

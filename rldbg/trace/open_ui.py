@@ -33,8 +33,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _head(self, code: int, length: int, headers: dict) -> None:
         self.send_response(code)
-        origin = self.headers.get("Origin")
-        if origin == self.server.origin:
+        if (origin := self.headers.get("Origin")) == self.server.origin:
             self.send_header("Access-Control-Allow-Origin", origin)
             self.send_header("Vary", "Origin")
             self.send_header("Access-Control-Allow-Private-Network", "true")
@@ -48,8 +47,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _is_ours(self) -> bool:
-        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
-        return path == "/" + self.server.name
+        return urllib.parse.unquote(urllib.parse.urlsplit(self.path).path) == "/" + self.server.name
 
     def do_OPTIONS(self):   # CORS / Private Network Access preflight
         if not self._is_ours():
@@ -77,6 +75,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.do_GET(body=False)
 
 
+TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".perfetto-trace")
+
+
 class TraceServer(http.server.ThreadingHTTPServer):
     """Serves one file to one origin on 127.0.0.1 until it has been fetched once."""
 
@@ -86,7 +87,10 @@ class TraceServer(http.server.ThreadingHTTPServer):
     def __init__(self, path: str | os.PathLike, port: int = DEFAULT_PORT, origin: str = DEFAULT_ORIGIN):
         self.path = Path(path).resolve()
         if not self.path.is_file():
-            raise OpenError(f"{path}: no such trace file")
+            raise OpenError(f"{path}: a spill directory: `rldbg export {path} -o trace.json.gz` first" if
+                            (self.path / "meta.json").is_file() else f"{path}: no such trace file")
+        if not self.path.name.endswith(TRACE_SUFFIXES):   # the UI could not read it (a .rldbg.db store)
+            raise OpenError(f"{path}: not a trace the Perfetto UI reads ({', '.join(TRACE_SUFFIXES)})")
         self.name, self.origin = self.path.name, origin.rstrip("/")
         self.done = threading.Event()
         self.fetched_by: str | None = None
@@ -106,16 +110,13 @@ class TraceServer(http.server.ThreadingHTTPServer):
 
     @property
     def link(self) -> str:
-        url = f"http://127.0.0.1:{self.port}/{urllib.parse.quote(self.name)}"
-        return f"{self.origin}/#!/?url={url}&referrer=rldbg"
+        return f"{self.origin}/#!/?url=http://127.0.0.1:{self.port}/{urllib.parse.quote(self.name)}&referrer=rldbg"
 
     def serve_until_fetched(self, timeout_s: float) -> bool:
         """True when the whole file was sent once; False on timeout."""
-        t = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-        t.start()
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
         try:
-            ok = self.done.wait(timeout_s)
-            if ok:
+            if ok := self.done.wait(timeout_s):
                 time.sleep(0.2)   # let the response's last bytes leave before the socket closes
             return ok
         finally:

@@ -6,6 +6,8 @@ recorded) and renders their results as text; --json prints the same dict, --html
 """
 from __future__ import annotations
 
+import os
+
 from rldbg import sentinel
 from rldbg.analysis import gpus as gpu_analysis, recorded, transitions as transition_analysis
 from rldbg.analysis.memory import leaks, memory_peaks
@@ -25,7 +27,10 @@ def read_trace(path: str) -> Trace:
     from rldbg.store import find, queries
     conn = find.open_for(path)
     try:
-        return queries.read(conn, path)
+        t = queries.read(conn, path)
+        store = conn.execute("PRAGMA database_list").fetchone()[2]   # "": imported, in memory
+        t.store = store if store and not os.path.samefile(store, path) else ""
+        return t
     finally:
         conn.close()
 
@@ -45,13 +50,11 @@ def analysis(t: Trace) -> dict:
     """What a read trace says (TraceFileError if it holds no rldbg slices)."""
     t.check()
     with no_gc():
-        out = {"trace": t.path, "ranks": t.ranks, "clock": clock(t.start), "time": role_shares(t),
-               **stragglers(t), "controller": controller_idle(t), "memory_peaks": memory_peaks(t),
-               "leaks": leaks(t), "nonfinite": sentinel.alarms(t.instants)}
-        out.update(transition_analysis.analyse(t))
-        out["gpus"] = gpu_analysis.analyse(t, out["ranks"])
-        out["recorded"] = recorded.analyse(t)
-    return out
+        return {"trace": t.path, "store": t.store or None, "ranks": t.ranks, "clock": clock(t.start),
+                "time": role_shares(t), **stragglers(t), "controller": controller_idle(t),
+                "memory_peaks": memory_peaks(t), "leaks": leaks(t), "nonfinite": sentinel.alarms(t.instants),
+                **transition_analysis.analyse(t), "gpus": gpu_analysis.analyse(t, t.ranks),
+                "recorded": recorded.analyse(t)}
 
 
 def clock(start: dict) -> dict | None:
@@ -71,8 +74,17 @@ def mib_text(b) -> str:
     return f"{b / 2**20:.1f} MiB"
 
 
+def _idle_text(c: dict) -> str:
+    """Idle inside steps, and how much of it between calls (the rest: before a first call, after a last)."""
+    idle, between = f"{c['idle_s']:.3f}", f"{c['between_calls_s']:.3f}"
+    return (f"{idle} s ({c['idle_share'] * 100:.1f}% of step time), "
+            + ("all of it between calls" if between == idle else f"{between} s of it between calls"))
+
+
 def render(r: dict) -> str:
-    lines = [f"rldbg report: {r['trace']}"]
+    # A Perfetto file is read through the store beside it, whatever was done to the file since.
+    lines = [f"rldbg report: {r['trace']}" + (f" (read from its store, {os.path.basename(r['store'])})"
+                                              if r.get("store") else "")]
     # What the trace holds and, for a flight recorder's dump, what triggered it: said first, with
     # a non-finite output the trigger names.
     rec = r.get("recorded")
@@ -94,19 +106,19 @@ def render(r: dict) -> str:
     for role, v in r["time"]["roles"].items():
         lines.append(f"  {role:<16} {v['share'] * 100:5.1f}%  ({v['busy_s']:.3f} s busy)")
     c = r["controller"]
-    lines += ["", f"controller idle: {c['idle_s']:.3f} s ({c['idle_share'] * 100:.1f}% of step time), "
-              f"{c['between_calls_s']:.3f} s between calls"]
+    lines += ["", f"controller idle: {_idle_text(c)}"]
     for g in c["largest_gaps"][:3]:
         lines.append(f"  {g['idle_s'] * 1e3:8.1f} ms after {g['after']} before {g['before']} (step {g['step']})")
     pids = {x["rank"]: x["pid"] for x in r.get("ranks") or () if x["role"] == "driver"}
     for o in c.get("others") or ():
         lines.append(f"controller pid {pids.get(o['track'], '?')} (track {o['track']}, {o['calls']} call(s)) idle: "
-                     f"{o['idle_s']:.3f} s ({o['idle_share'] * 100:.1f}% of step time), "
-                     f"{o['between_calls_s']:.3f} s between calls")
+                     + _idle_text(o))
         for g in o["largest_gaps"][:3]:
             lines.append(f"  {g['idle_s'] * 1e3:8.1f} ms after {g['after']} before {g['before']} (step {g['step']})")
     lines += ["", "rank skew (mean max/min per call):"]
     lines += [f"  {s['role']}.{s['method']}: {s['mean_max_over_min']}x over {s['calls']} call(s)" for s in r["skew"]]
+    if not r["stragglers"]:
+        lines.append("  stragglers: none (no rank is consistently slower than its peers)")
     for s in r["stragglers"]:
         lines.append(f"  STRAGGLER {s['role']} rank {s['rank']}: {s['method']} {s['slower_than_peers']}x "
                      f"slower than the median of its peers over {s['calls']} call(s)")

@@ -78,6 +78,7 @@ class Trace:
         self.instants: list = []                 # the instants an analysis reads, in time order
         self.dropped_total = 0                   # events the processes dropped before shipping
         self.path = ""
+        self.store = ""                          # the store beside the Perfetto file given, when read through it
         self.notes: list = []                    # damage the reading met, one line per kind
 
     def check(self) -> None:

@@ -48,13 +48,17 @@ def meta_path(spill_dir: str) -> str:
 
 def read_meta(spill_dir: str) -> dict:
     if not os.path.isdir(spill_dir):
+        if os.path.exists(spill_dir):
+            raise SpillError(f"{spill_dir!r} is a file, not a spill directory (a run's RUN/trace.spill)")
         raise FileNotFoundError(f"spill directory not found: {spill_dir!r}")
     path = meta_path(spill_dir)
     try:
         with open(path, "rb") as f:
             meta = json.loads(f.read().decode("utf-8"))
     except FileNotFoundError:
-        raise SpillError(f"{spill_dir!r} is not an rldbg spill directory (no meta.json)") from None
+        inside = sorted(glob.glob(os.path.join(glob.escape(spill_dir), "*.spill")))   # a run's directory given
+        raise SpillError(f"{spill_dir!r} is not an rldbg spill directory (no meta.json)"
+                         + (f"; the spill in it: {inside[0]!r}" if inside else "")) from None
     except (ValueError, OSError) as e:   # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise SpillError(f"{path}: damaged ({type(e).__name__}: {str(e).splitlines()[0][:120]}); expected the "
                          "JSON object rldbg wrote (origin_ns, job_id, ...)") from None

@@ -63,12 +63,9 @@ class LiveSource(DataSource):
         self.hub: HubClient | None = None
         self.job_id: str | None = None
         self.cursor: int | None = None
-        self._slow_at = 0.0
-        self._gpu: dict = {}
-        self._paused: list = []
+        self._slow_at, self._gpu, self._paused = 0.0, {}, []
         self.catch_up = False    # --once: read every event up to now, not a few pages per poll
-        self._idents: dict = {}
-        self._idents_at = 0.0
+        self._idents, self._idents_at = {}, 0.0
 
     @contextlib.contextmanager
     def _timed(self, what: str):
@@ -81,10 +78,8 @@ class LiveSource(DataSource):
     def poll(self) -> Snapshot:
         try:
             with self._timed(f"the Ray dashboard at {self.address}"):
-                if self.hub is None:
-                    found = self._find_hub()
-                    if isinstance(found, Snapshot):
-                        return found
+                if self.hub is None and (found := self._find_hub()) is not None:
+                    return found
                 actors = [a for a in self.dash.actors(detail=True) if not self.job_id or a.get("job_id") == self.job_id]
                 self._slow()
         except DashboardError as e:
@@ -106,15 +101,15 @@ class LiveSource(DataSource):
         from rldbg.control.discovery import describe, discover, select_runs
         hubs = select_runs(discover(self.address, timeout=self.timeout), self.job)
         if not hubs:
-            want = f" for run {self.job}" if self.job else ""
-            return Snapshot("waiting", f"waiting for a run{want}: no rldbg hub in the dashboard at {self.address} yet")
+            want = f"run {self.job}" if self.job else "a run"
+            return Snapshot("waiting", f"waiting for {want}: no rldbg hub in the dashboard at {self.address} yet "
+                                       "(a driver starts one with rldbg.control.start())")
         if len(hubs) > 1:
             # Never watch (and step) the wrong run silently.
             return Snapshot("disconnected", f"{len(hubs)} runs in the dashboard at {self.address}: "
                                             f"{describe(hubs)}; pick one with --job RUN")
         h = hubs[0]
-        token = self.token or h.get("token")
-        if not token:
+        if not (token := self.token or h.get("token")):
             return Snapshot("disconnected", f"found the hub of run {h['run']} at {h['url']} but no token: pass --token "
                                             f"or {TOKEN} (from ~/.rldbg/hub-<job>-<pid>.json on the driver's machine)")
         if h["job_id"] != self.job_id or h["url"] != getattr(self.hub, "url", None):
@@ -145,8 +140,7 @@ class LiveSource(DataSource):
                     procs = g.get("processesPids") or {}
                     items = procs.items() if isinstance(procs, dict) else ((p.get("pid"), p) for p in procs)
                     for pid, p in items:
-                        mb = (p or {}).get("gpuMemoryUsage")
-                        if mb is not None:
+                        if (mb := (p or {}).get("gpuMemoryUsage")) is not None:
                             gpu[int(pid)] = gpu.get(int(pid), 0) + int(mb) * 2**20
         self._gpu = gpu
         try:
@@ -184,8 +178,7 @@ class LiveSource(DataSource):
 
     def stacks(self, role: str | None, rank: int | None) -> str:
         from rldbg.profilers import stacks, targets
-        found = targets.find(self.dash, role, rank)
-        if not found:
+        if not (found := targets.find(self.dash, role, rank)):
             return f"no alive worker matches {targets.describe_filter(role, rank, None)}"
         groups, failed = stacks.group(stacks.fetch(found, self.dash))
         return stacks.format_text(groups, failed) or "no stacks"

@@ -1,0 +1,89 @@
+"""Bad inputs a new user gives first, each caught before any work in one line naming the value and
+what is accepted: `rldbg attach --timeout`, `rldbg flame --out/--rank`, the driver's report timers
+in the environment, `rldbg tb --logdir`, a dead cluster's address, and the identity a worker gives itself. No cluster: each must fail before
+one is asked."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rldbg import instrument as ri
+from rldbg.context import worker_label
+
+RLDBG = str(Path(sys.executable).with_name("rldbg"))
+NOWHERE = "http://127.0.0.1:9"   # nothing listens: a command that got as far as the cluster says "cannot reach"
+
+
+def _one_line(args, rc=2, asked=False) -> str:
+    out = subprocess.run([RLDBG, *args], capture_output=True, text=True, timeout=60)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == rc and "Traceback" not in out.stderr and len(lines) == 1, out.stderr
+    assert ("cannot reach" in lines[0]) == asked, lines   # else it failed before the cluster was asked
+    return lines[0]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf"])
+def test_attach_timeout_outside_its_range(value):
+    # A 0 s connect left debugpy's listener unable to take the next attach: refused up front.
+    line = _one_line(["attach", "127.0.0.1:5999", "--timeout", value])
+    assert line.startswith("rldbg attach: bad --timeout ") and "expected 0 < seconds <= 86400" in line
+
+
+def test_flame_output_folder_and_rank_checked_first(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    out = tmp_path / "afile" / "flames"
+    line = _one_line(["flame", "--role", "actor", "--seconds", "1", "--out", str(out), "--address", NOWHERE])
+    assert line == f"rldbg flame: cannot write to {out}: a file is where a folder would be"
+    line = _one_line(["flame", "--role", "actor", "--rank", "-2", "--seconds", "1", "--address", NOWHERE])
+    assert line == "rldbg flame: bad --rank -2: expected a rank >= 0"
+    # Nothing recorded (no cluster there): the folder it made for the recording does not stay behind.
+    made = tmp_path / "fresh"
+    _one_line(["flame", "--role", "actor", "--seconds", "1", "--out", str(made), "--address", NOWHERE], rc=1, asked=True)
+    assert not made.exists()
+
+
+@pytest.mark.parametrize("cmd", [["dump"], ["export", "-o", "x.json"]])
+def test_a_dead_cluster_address_is_said_at_once(cmd):
+    """ray.init would retry the GCS for a minute, printing Ray's own warnings, before failing."""
+    line = _one_line([*cmd, "--address", "127.0.0.1:9"], rc=1)
+    assert line == f"rldbg {cmd[0]}: no Ray cluster at --address '127.0.0.1:9' (127.0.0.1:9: [Errno 111] Connection refused)"
+
+
+def test_tb_names_what_its_logdir_is(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert _one_line(["tb", "--logdir", str(afile)], rc=1).startswith(f"rldbg tb: '{afile}' is a file, not a directory;")
+    assert _one_line(["tb", "--logdir", str(tmp_path / "nope")], rc=1).startswith(f"rldbg tb: '{tmp_path / 'nope'}' does not exist;")
+
+
+@pytest.mark.parametrize("name", ["RLDBG_HANG_REPORT_S", "RLDBG_WAIT_REPORT_S"])
+def test_a_bad_report_timer_is_said_once_and_never_stops_the_loop(name):
+    """The driver reads these inside the user's training loop (the first slow call): a bad value
+    keeps the default and says so, it never raises there."""
+    code = ("from rldbg.debug import wait_report as w; "
+            "print(w.REPORT_AFTER_S, w.HANG_AFTER_S); w.report('actor', 'update', 1, 0.0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, name: "abc"})
+    assert out.returncode == 0 and out.stdout.split() == ["5.0", "60.0"], out.stderr
+    assert out.stderr.strip().splitlines() == [f"rldbg: ignoring {name}='abc': expected seconds > 0; using "
+                                               f"{5.0 if 'WAIT' in name else 60.0}"]
+
+
+@pytest.mark.parametrize("rank, world", [(-1, 2), (2, 2), (5, 2), (0, 0), ("x", 2), (0.5, 2), (True, 2)])
+def test_a_worker_identity_outside_its_world(rank, world):
+    with pytest.raises(ValueError, match=rf"^set_worker_identity: bad rank {rank!r} of world {world!r}: expected"):
+        ri.set_worker_identity("actor", rank, world)
+
+
+@pytest.mark.parametrize("role", ["my.role", "a:b", "two words", ""])
+def test_a_role_the_tools_could_not_name(role):
+    # "my.role" reads as ROLE.METHOD in a breakpoint spec, "a:b" as HOST:PORT to `rldbg attach`.
+    with pytest.raises(ValueError, match="bad role"):
+        ri.set_worker_identity(role, 0, 1)
+    with pytest.raises(ValueError, match="bad role"):
+        worker_label(role, 0, 1)
