@@ -75,7 +75,7 @@ def main() -> int:
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=4)
     args = p.parse_args()
-    ray.init(num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     modes = ("off", "on", "attached")
     runs, seen = {}, set()
     try:

@@ -50,7 +50,7 @@ def main() -> None:
     run_dir = tempfile.mkdtemp(prefix="bench-flight-")
     cfg = load_config("demo", overrides=["trace.enabled=false", "control.enabled=false", "trainer.progress=false",
                                          f"trainer.run_dir={run_dir}"])
-    ray.init(num_cpus=a.num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=a.num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     trace = os.path.join(run_dir, "trace.json.gz")
     try:
         with DemoSteps(cfg) as run:

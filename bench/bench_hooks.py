@@ -160,7 +160,7 @@ def main() -> None:
     scratch = tempfile.TemporaryDirectory(prefix="rldbg-bench-hooks-")   # run dir and traces, removed at the end
     cfg = load_config("demo", overrides=["trace.enabled=false", "control.enabled=false", "trainer.progress=false",
                                          f"trainer.run_dir={scratch.name}/run", *a.overrides])
-    ray.init(num_cpus=a.num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=a.num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     sums, steps = [collections.Counter(), collections.Counter()], [0, 0]
     calls = collections.Counter()   # traced blocks only: how often each hook ran
     try:

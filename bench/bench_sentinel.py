@@ -57,7 +57,7 @@ def main() -> None:
     scratch = tempfile.TemporaryDirectory(prefix="rldbg-bench-sentinel-")   # the run dir, removed at the end
     cfg = load_config("demo", overrides=["trace.enabled=false", "control.enabled=false", "trainer.progress=false",
                                          f"trainer.run_dir={scratch.name}"])
-    ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     groups = build_role_groups(cfg)
     captured: list = []
     for g in groups.values():

@@ -87,7 +87,7 @@ def main() -> None:
 def measure(a) -> None:
     cfg = load_config("demo", overrides=["trace.enabled=false", "control.enabled=false", "trainer.progress=false",
                                          f"trainer.run_dir={a.scratch}/run", *a.overrides])
-    ray.init(num_cpus=a.num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=a.num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     # The project's goals: a traced step within 1% of an untraced one on a CPU, 2% on a GPU.
     on_gpu = cfg.resources.device == "cuda" or (cfg.resources.device == "auto" and ray.cluster_resources().get("GPU"))
     a.goal = 1.02 if on_gpu else 1.01
