@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import operator
 import os
 import time
 from dataclasses import dataclass, field
@@ -217,8 +218,8 @@ def set_worker_identity(role: str, rank: int, world: int, *, roles=None, node_id
     from rldbg.context import _roles
 
     names = _roles(roles if roles else role)
-    if type(rank) is bool or type(world) is bool or not (isinstance(rank, int) and isinstance(world, int)) \
-            or not 0 <= rank < world:
+    integers = all(hasattr(type(v), "__index__") and not isinstance(v, bool) for v in (rank, world))   # numpy's too
+    if not integers or not 0 <= operator.index(rank) < operator.index(world):
         raise ValueError(f"set_worker_identity: bad rank {rank!r} of world {world!r}: expected integers, "
                          "0 <= rank < world")
     if role not in names and "+".join(names) != role:

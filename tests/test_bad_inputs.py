@@ -80,6 +80,14 @@ def test_a_worker_identity_outside_its_world(rank, world):
         ri.set_worker_identity("actor", rank, world)
 
 
+def test_a_worker_identity_takes_any_integer_type():
+    """numpy's integers (a rank read from an array, a launcher's env parsed by numpy) are integers too."""
+    code = ("import numpy; from rldbg import instrument as ri; "
+            "print(ri.set_worker_identity('actor', numpy.int64(1), numpy.int32(2)).label)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == "actor[rank 1/2]\n", out.stderr
+
+
 @pytest.mark.parametrize("role", ["my.role", "a:b", "two words", ""])
 def test_a_role_the_tools_could_not_name(role):
     # "my.role" reads as ROLE.METHOD in a breakpoint spec, "a:b" as HOST:PORT to `rldbg attach`.
