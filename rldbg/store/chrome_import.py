@@ -114,7 +114,10 @@ def phases(events) -> tuple[dict, int]:
         except (KeyError, TypeError, ValueError, OverflowError):   # OverflowError: float(10**400)
             bad += 1
             continue
-        out.setdefault(ph, []).append(e)
+        got = out.get(ph)
+        if got is None:   # not setdefault: it would build a list for each of a million events
+            got = out[ph] = []
+        got.append(e)
     return out, bad
 
 
