@@ -20,12 +20,33 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
+import urllib.error
+import urllib.request
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for_agents(dashboard: str, node_ids: list[str], timeout: float = 60.0) -> None:
+    """Until the head's dashboard finds every node's agent. wait_for_nodes() waits for the raylets;
+    an agent registers its address in the GCS a moment later, and until then /worker/traceback for
+    that node answers 500 "Failed to get agent address" (a pid nobody holds: any other answer will do)."""
+    deadline = time.monotonic() + timeout
+    for node_id in node_ids:
+        while True:
+            try:
+                urllib.request.urlopen(f"{dashboard}/worker/traceback?pid=4194303&node_id={node_id}", timeout=10)
+                break
+            except urllib.error.HTTPError as e:
+                if "agent address" not in e.read().decode("utf-8", "replace"):
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the agent of node {node_id} did not register in {timeout:.0f} s")
+            time.sleep(0.2)
 
 
 def main() -> None:
@@ -62,6 +83,8 @@ def main() -> None:
     cluster.wait_for_nodes()
     nodes = [{"node_id": node.node_id, "head": node is cluster.head_node}
              for node in [cluster.head_node, *cluster.worker_nodes]]
+    if "--no-profiling" not in sys.argv:   # the route answers 403 before it looks for the agent
+        wait_for_agents(f"http://127.0.0.1:{dash}", [n["node_id"] for n in nodes])
     print(json.dumps({"address": cluster.address, "dashboard": f"http://127.0.0.1:{dash}", "nodes": nodes}),
           flush=True)
     by_id = {node.node_id: node for node in cluster.worker_nodes}

@@ -264,7 +264,7 @@ def test_the_index_learns_counts_times_tracks_and_call_ends(tmp_path):
     w.close()
     back = Tracks.from_store(from_spill(spill, ":memory:"), align=True)
     assert (back.n, back.first, back.roles, back.ranks) == want
-    assert back.rank_ends == {3: {("actor", 1): 57}}   # the end of "a" (flow 3), on the trace's clock
+    assert back.rank_ends == {3: {("actor", 1): (50, 57)}}   # "a" (flow 3) from start to end, on the trace's clock
 
 
 def test_a_write_that_fails_raises_out_of_the_export(tmp_path):

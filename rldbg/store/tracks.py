@@ -30,7 +30,7 @@ class Tracks:
         self.meta = meta
         self.roles: dict[str, int] = {"driver": 1}
         self.ranks: dict[str, set] = {"driver": {0}}
-        self.rank_ends: dict = {}                 # flow -> {(role, rank): (ts_end, "host:pid")}
+        self.rank_ends: dict = {}                 # flow -> {(role, rank): (ts, ts_end)}, aligned
         self.drops: dict[str, list] = {}          # "host:pid" -> [dropped, t_sent]
         self.procs: dict[str, dict] = {}          # "host:pid" -> where it runs and its clock
         self.rank_proc: dict[tuple, str] = {}     # (role, rank) -> "host:pid"
@@ -106,13 +106,13 @@ class Tracks:
         # out; no scan where no kind is a driver call's (a run of the user's own spans).
         calls = {kind: (ph == "D", (role, rank), keys[proc]) for kind, ph, role, rank, proc in conn.execute(
             "SELECT id, ph, role, rank, proc FROM kinds WHERE cat = 'call' AND ph IN ('X', 'D')")}
-        rows = conn.execute("SELECT kind, flow, ts + dur FROM events WHERE kind IN "
+        rows = conn.execute("SELECT kind, flow, ts, ts + dur FROM events WHERE kind IN "
                             "(SELECT id FROM kinds WHERE cat = 'call' AND ph IN ('X', 'D')) ORDER BY seq"
                             ).fetchall() if any(d for d, _, _ in calls.values()) else ()
-        called = {flow for kind, flow, _ in rows if calls[kind][0] and flow is not None}
-        for kind, flow, end in rows:
+        called = {flow for kind, flow, _, _ in rows if calls[kind][0] and flow is not None}
+        for kind, flow, start, end in rows:
             if flow in called and not calls[kind][0]:
-                idx.rank_ends.setdefault(flow, {})[calls[kind][1]] = (end, calls[kind][2])
+                idx.rank_ends.setdefault(flow, {})[calls[kind][1]] = (start, end, calls[kind][2])
         idx.finish(align)
         return idx
 
@@ -128,8 +128,8 @@ class Tracks:
             if self.origin == 0 or ts < self.origin:
                 self.origin = ts
         for ends in self.rank_ends.values():
-            for rr, (end, key) in ends.items():
-                ends[rr] = end + self.offsets.get(key, 0)
+            for rr, (start, end, key) in ends.items():
+                ends[rr] = (start + (off := self.offsets.get(key, 0)), end + off)
         for key, d in self.drops.items():
             d[1] += self.offsets.get(key, 0)
         self.slots = {rr: i for i, rr in enumerate((role, rank) for role in self.roles

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import accumulate
 from json.encoder import c_make_encoder, encode_basestring
-from operator import itemgetter
 
 import orjson
 
@@ -202,16 +202,19 @@ class Formatter:
         shards = get("shards") or []
         roles_of = {r: ro for (ro, r) in ends}
         n = max(world, len(roles_of), 1)
+        # The sends share the dispatch evenly, but none after its rank's slice starts: trace
+        # processor joins v2 flows in time order, and a slice that starts before its send loses the flow.
         step_ns = (t_disp - ts) // n
-        sdur = f'","dur":"{us(step_ns)}","args":{head},"rank":'
+        late = [min(ts + i * step_ns, ends[(roles_of[i], i)][0] - 1 if i in roles_of else t_disp) for i in range(n)]
+        sends = [max(t, ts) for t in reversed(list(accumulate(reversed(late), min)))] + [t_disp]
         for i in range(n):
-            q, r = divmod(ts + i * step_ns - o, 1000)
-            line = (f'{D}"send → rank {i}","ts":"{q}.{r3[r]}{sdur}{i},"shard":'
-                    f'{args_json(shards[i]) if i < len(shards) else "null"}}}')
+            q, r = divmod(sends[i] - o, 1000)
+            line = (f'{D}"send → rank {i}","ts":"{q}.{r3[r]}","dur":"{us(sends[i + 1] - sends[i])}","args":{head},'
+                    f'"rank":{i},"shard":{args_json(shards[i]) if i < len(shards) else "null"}}}')
             fid = fids.get((roles_of[i], i)) if i in roles_of else None
             out.append(f'{line},"bind_id":{fid},"flow_out":true}}' if fid is not None else line + "}")
         out.append(f'{D}"wait","ts":"{us(t_disp - o)}","dur":"{us(end - t_disp)}","args":{head}}}}}')
-        for (ro, r), t in sorted(ends.items(), key=itemgetter(1)):
+        for (ro, r), (_, t) in sorted(ends.items(), key=lambda e: e[1][1]):
             q, rr = divmod(min(max(t, t_disp), end) - o, 1000)
             line = (f'{D}"recv ← rank {r}","ts":"{q}.{r3[rr]}","dur":"0.000",'
                     f'"args":{head},"rank":{r},"role_served":{name(ro)}}}')   # r: an int (spill._check)

@@ -130,10 +130,7 @@ def browser_available() -> bool:
     import webbrowser
     if sys.platform == "darwin" or os.name == "nt":
         return True
-    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        return False
-    try:
-        webbrowser.get()
+    try:   # webbrowser.get() raises where it finds no browser to run
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) and webbrowser.get() is not None
     except webbrowser.Error:
         return False
-    return True
