@@ -120,7 +120,7 @@ class TrainerConfig:
     save_every: int = 0
     resume: bool = False
     seed: int = 0
-    progress: bool = True
+    progress: bool = True   # a progress bar where stderr is a terminal; plain lines into a log file
     log_every: int = 1
     logger: list = field(default_factory=lambda: ["console", "jsonl"])  # + tensorboard, wandb (VeRL's names)
 
@@ -274,7 +274,7 @@ def _apply_yaml(cfg: Config, file: Path) -> None:
     if not file.exists():
         raise ConfigError(f"config file {str(file)!r} does not exist")
     try:
-        data = yaml.safe_load(file.read_text()) or {}
+        data = yaml.load(file.read_text(), Loader=_UniqueKeys) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {str(file)!r} is not valid YAML: {_yaml_problem(e)}") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -283,6 +283,22 @@ def _apply_yaml(cfg: Config, file: Path) -> None:
         raise ConfigError(f"config file {str(file)!r} must hold a mapping of sections")
     for k, v in data.items():
         _set(cfg, k, v, from_text=False)
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping: plain YAML keeps the last, and a
+    setting written twice in a config file would silently lose one of its values."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping (first at line {seen[key] + 1})",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
 
 
 def _yaml_problem(e) -> str:

@@ -40,7 +40,9 @@ class _Console:
                ("clip", "actor/clipfrac"), ("gnorm", "grad_norm"), ("vf", "critic/vf_loss"))
 
     def __init__(self, total_steps: int, start_step: int, progress: bool):
-        self._bar = tqdm(total=total_steps, initial=start_step, disable=not progress, unit="step",
+        # disable=None: no bar where stderr is no terminal (a log file, a Ray job's log), whose \r
+        # redraws would fill it; the lines below are printed plainly there instead.
+        self._bar = tqdm(total=total_steps, initial=start_step, disable=None if progress else True, unit="step",
                          dynamic_ncols=True, leave=True)
 
     def write(self, record: dict) -> None:

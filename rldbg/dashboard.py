@@ -115,9 +115,8 @@ class Dashboard:
             return (f"the Ray dashboard at {self.address} requires a token ({source}); set "
                     "RAY_AUTH_TOKEN or check ~/.ray/auth_token on this machine")
         if e.code == 403 and path.startswith(("/worker/", "/memory_profile")):
-            return (f"the Ray dashboard at {self.address} refuses profiling routes; start the head "
-                    "with RAY_DASHBOARD_ENABLE_PROFILING=1 (e.g. RAY_DASHBOARD_ENABLE_PROFILING=1 "
-                    "ray start --head ...)")
+            return (f"the Ray dashboard at {self.address} refuses profiling routes; start the head with "
+                    "RAY_DASHBOARD_ENABLE_PROFILING=1 (e.g. RAY_DASHBOARD_ENABLE_PROFILING=1 ray start --head ...)")
         if "py-spy is not installed" in detail:
             return (f"the Ray dashboard at {self.address} could not run py-spy for {path}: the dashboard agent of "
                     "the worker's node finds no py-spy on its PATH; install it (pip install py-spy) on every node, "

@@ -31,16 +31,14 @@ _failures: list = [None]
 class NonFinite(RuntimeError):
     """A call produced NaN/Inf: who, where, which key and how many elements, in one line."""
 
-    def __init__(self, role: str, rank, method: str, step, key: str, count: int, numel: int,
-                 saved: str | None = None):
+    def __init__(self, role: str, rank, method: str, step, key: str, count: int, numel: int, saved: str | None = None):
         self.role, self.rank, self.method, self.step = role, rank, method, step
         self.key, self.count, self.numel, self.saved = key, count, numel, saved
         super().__init__(describe({"role": role, "rank": rank, "method": method, "step": step, "key": key,
                                    "count": count, "numel": numel, "saved": saved}))
 
     def __reduce__(self):
-        return (NonFinite, (self.role, self.rank, self.method, self.step, self.key, self.count, self.numel,
-                            self.saved))
+        return (NonFinite, (self.role, self.rank, self.method, self.step, self.key, self.count, self.numel, self.saved))
 
 
 def describe(a: dict) -> str:

@@ -28,3 +28,20 @@ def test_a_bad_override_is_one_line_before_any_work(override, expected, tmp_path
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(expected), out.stderr
     assert "Ray" not in out.stdout + out.stderr and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("actor:\n  lr: 1.0e-3\n  clip_ratio: 0.2\n  lr: 5.0e-4\n", "key 'lr' appears twice in one mapping (first at line 2)"
+                                                               " at line 4, column 3"),
+    ("actor:\n  lr: 1.0e-3\ntrainer:\n  total_steps: 3\nactor:\n  clip_ratio: 0.3\n",
+     "key 'actor' appears twice in one mapping (first at line 1) at line 5, column 1"),
+])
+def test_a_key_given_twice_in_a_config_file_is_refused(text, expected, tmp_path):
+    """Plain YAML keeps the last of two equal keys: the first value (a whole section, in the second
+    case) would be dropped without a word."""
+    config = tmp_path / "dup.yaml"
+    config.write_text(text)
+    out = subprocess.run([sys.executable, "-m", "reference_trainer", "--preset", "demo", "--config", str(config),
+                          f"trainer.run_dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == f"config error: config file {str(config)!r} is not valid YAML: {expected}"

@@ -180,3 +180,31 @@ def test_stragglers_need_several_calls_and_a_real_excess():
     assert stragglers(Trace(one_off))["stragglers"] == []
     assert stragglers(Trace(tiny))["stragglers"] == []
     assert [(s["rank"], s["calls"]) for s in stragglers(Trace(real))["stragglers"]] == [(2, 4)]
+
+
+def test_a_call_paused_at_a_breakpoint_is_no_skew_and_its_stop_is_said(tmp_path):
+    """Rank 1 stopped 30 s at a breakpoint in its third call: that call (both ranks') is left out of
+    skew and stragglers, which would otherwise read ~1000x, and the report names the stop."""
+    from rldbg.trace.report import analysis, render
+    from trace_of import trace_of as Trace
+    events = _calls([{0: 30_000, 1: 31_000}] * 2 + [{0: 30_000, 1: 30_030_000}] + [{0: 30_000, 1: 31_000}] * 2)
+    stop = {"ph": "i", "s": "t", "cat": "user", "name": "breakpoint", "ts": 2_000_000 + 10_000, "pid": 1, "tid": 2,
+            "args": {"role": "actor", "rank": 1, "step": 2, "method": "m", "file": "/src/actor.py", "line": 45,
+                     "reason": "breakpoint"}}
+    path = tmp_path / "paused.json"
+    path.write_text(json.dumps(events + [stop]))
+    page = tmp_path / "page.html"
+    out = subprocess.run([sys.executable, "-m", "rldbg", "report", str(path), "--html", str(page)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "Breakpoint stops" in page.read_text() and "/src/actor.py" in page.read_text()
+    r = analysis(Trace(events + [stop]))
+    assert r["skew"] == [{"role": "actor", "method": "m", "calls": 4, "mean_max_over_min": 1.03}]
+    assert r["stragglers"] == [] and r["calls_paused"] == 1
+    assert r["breakpoint_stops"] == [{"role": "actor", "rank": 1, "step": 2, "method": "m", "file": "/src/actor.py",
+                                      "line": 45, "reason": "breakpoint"}]
+    said = ("  left out: 1 call(s) paused at 1 breakpoint stop(s), which the step times include: actor rank 1 "
+            "step 2 at actor.py:45")
+    assert said in render(r).splitlines() and said in out.stdout.splitlines()
+    without = analysis(Trace(events))   # the same calls, no stop recorded: the pause is skew
+    assert without["skew"][0]["mean_max_over_min"] > 100 and without["calls_paused"] == 0

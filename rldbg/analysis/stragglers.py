@@ -1,12 +1,15 @@
 """Who straggles: per call, each rank's time against the median of its peers'; a rank is named
 only with evidence (enough calls, and an excess a person would care about). Also each method's
-skew (max over min per call)."""
+skew (max over min per call). A call that stopped at a breakpoint lasted as long as someone looked:
+its calls on every rank are left out, and the stops listed."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 import statistics
 from collections import defaultdict
+
+from rldbg.trace.events import BREAKPOINT
 
 if TYPE_CHECKING:
     from rldbg.trace.report_trace import Trace
@@ -26,15 +29,17 @@ def by_call(item) -> tuple:
 
 
 def stragglers(t: Trace, ratio: float = STRAGGLER_RATIO) -> dict:
-    per_call = defaultdict(dict)
+    stops, per_call, paused = [e for e in t.instants if e["name"] == BREAKPOINT], defaultdict(dict), set()
     for c in t.calls:
         if c["flow"] is not None:
-            per_call[(c["role"], c["method"], c["flow"])][c["rank"]] = c["dur"]
+            per_call[key := (c["role"], c["method"], c["flow"])][c["rank"]] = c["dur"]
+            if any(c["ts"] <= e["ts"] <= c["end"] and (e["role"], e["rank"]) == (c["role"], c["rank"]) for e in stops):
+                paused.add(key)
     ratios = defaultdict(list)            # (role, method, rank) -> [dur / median of peers]
     excess = defaultdict(list)            # (role, method, rank) -> [dur - median of peers], ns
     skew = defaultdict(list)              # (role, method) -> [max / min]
-    for (role, method, _), durs in per_call.items():
-        if len(durs) < 2:
+    for (role, method, flow), durs in per_call.items():
+        if len(durs) < 2 or (role, method, flow) in paused:
             continue
         skew[(role, method)].append(max(durs.values()) / max(min(durs.values()), 1))
         if len(durs) == 2:   # each rank's peer is the other (the median of one), half of all calls here
@@ -54,6 +59,8 @@ def stragglers(t: Trace, ratio: float = STRAGGLER_RATIO) -> dict:
                 and statistics.median(excess[key]) >= STRAGGLER_MIN_EXCESS_NS):
             found.append({"role": role, "rank": rank, "method": method, "calls": len(rs),
                           "slower_than_peers": round(med, 2)})
-    return {"stragglers": found,
+    return {"stragglers": found, "breakpoint_stops": [
+                {k: e["args"].get(k) for k in ("role", "rank", "step", "method", "file", "line", "reason")} for e in stops],
+            "calls_paused": len(paused),
             "skew": [{"role": r, "method": m, "calls": len(v), "mean_max_over_min": round(statistics.mean(v), 2)}
                      for (r, m), v in sorted(skew.items(), key=by_call)]}

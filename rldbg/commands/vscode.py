@@ -90,8 +90,7 @@ def _listening_entries(role: str, ranks, ray_address, dashboard) -> tuple[list, 
         raise ValueError(f"no listening {role} workers{which}; start the run with debug mode on "
                          f"(RLDBG_LISTEN_ROLES={role} or debug.listen_roles=[{role}])")
     entries = [attach_entry(f"rldbg: {role} rank {w.rank}", w.host, w.port, w.cwd, w.purelib) for w in workers]
-    compound = {"name": compound_name(role, ranks), "configurations": [e["name"] for e in entries],
-                "stopAll": False}
+    compound = {"name": compound_name(role, ranks), "configurations": [e["name"] for e in entries], "stopAll": False}
     return entries, compound, [f"rldbg: {role} rank {w.rank} -> {w.address} (pid {w.pid})" for w in workers]
 
 

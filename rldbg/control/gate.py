@@ -157,8 +157,7 @@ def release(why: str) -> None:
     stays open. Safe to call from a signal handler (it only sets a field)."""
     g = _gate
     if g is not None:
-        g.released = why
-        g.armed = False
+        g.released, g.armed = why, False
 
 
 def install(gate: DriverGate | None) -> None:

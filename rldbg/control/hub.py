@@ -42,8 +42,7 @@ def find_hub():
 
 
 class ControlHub:
-    def __init__(self, job_id: str, token: str, host: str = "127.0.0.1", port: int = 0,
-                 gate_timeout_s: float = 30.0):
+    def __init__(self, job_id: str, token: str, host: str = "127.0.0.1", port: int = 0, gate_timeout_s: float = 30.0):
         from rldbg.control.http_api import serve
 
         self.job_id, self.timeout_s = job_id, float(gate_timeout_s)

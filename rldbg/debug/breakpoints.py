@@ -20,7 +20,7 @@ from rldbg.context import current
 from rldbg.debug import debugpy_port
 from rldbg.debug.specs import Spec, SpecSet, from_env, matches, role_matches
 from rldbg.trace import runtime as _rt
-from rldbg.trace.events import instant_event
+from rldbg.trace.events import BREAKPOINT, instant_event
 
 from rldbg.switches import BREAKPOINTS, POST_MORTEM as POST_MORTEM_ENV, RAY_POST_MORTEM
 
@@ -75,7 +75,7 @@ def _hold(frame, reason: str, **extra) -> dict:
              "thread": threading.get_ident(), "since": time.time(), **extra}
     if _rt.STATE.on or _rt.lookup():
         args = {k: entry[k] for k in ("file", "line", "role", "rank", "step", "method", "reason")}
-        _rt.emit(instant_event("user", "breakpoint", time.time_ns(), ctx.role, ctx.rank, ctx.step, ctx.method, args))
+        _rt.emit(instant_event("user", BREAKPOINT, time.time_ns(), ctx.role, ctx.rank, ctx.step, ctx.method, args))
     with _lock:
         _paused[entry["thread"]] = entry
     _notify("notify_pause", entry)

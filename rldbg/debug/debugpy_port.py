@@ -33,15 +33,11 @@ def choose_host(node_ip: str) -> str:
         loopback = node_ip == "localhost"
     if loopback or os.environ.get(ALLOW_REMOTE_ENV) == "1":
         return node_ip
-    warnings.warn(
-        f"rldbg: Ray's node IP is {node_ip}, not loopback; the debugpy listener binds 127.0.0.1 "
-        f"instead because debugpy has no authentication. Attach from this host (rldbg attach "
-        f"127.0.0.1:PORT), or set {ALLOW_REMOTE_ENV}=1 to listen on {node_ip} (anyone who can "
-        "reach it can run code in this worker). To keep all of Ray on loopback start it with "
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 and --node-ip-address=127.0.0.1.",
-        RuntimeWarning,
-        stacklevel=3,
-    )
+    warnings.warn(f"rldbg: Ray's node IP is {node_ip}, not loopback; the debugpy listener binds 127.0.0.1 instead "
+                  f"because debugpy has no authentication. Attach from this host (rldbg attach 127.0.0.1:PORT), or "
+                  f"set {ALLOW_REMOTE_ENV}=1 to listen on {node_ip} (anyone who can reach it can run code in this "
+                  "worker). To keep all of Ray on loopback start it with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 and "
+                  "--node-ip-address=127.0.0.1.", RuntimeWarning, stacklevel=3)
     return "127.0.0.1"
 
 

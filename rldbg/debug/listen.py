@@ -74,14 +74,11 @@ def _listen(roles: list[str], rank: int, world: int) -> dict:
     ray_debugpy._override_breakpoint_hooks()  # debugpy takes over breakpoint(); give it back to Ray
     ctx = ray.get_runtime_context()
     actor_id = ctx.get_actor_id()
-    entry = {
-        "role": "+".join(roles), "roles": roles, "rank": int(rank), "world": int(world),
-        "host": host, "port": int(port), "pid": os.getpid(),
-        "node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
-        "job_id": ctx.get_job_id(), "actor_id": actor_id, "actor_name": ctx.get_actor_name(),
-        "worker_id": ctx.get_worker_id(), "cwd": os.getcwd(),
-        "purelib": sysconfig.get_paths()["purelib"], "since": time.time(),
-    }
+    entry = {"role": "+".join(roles), "roles": roles, "rank": int(rank), "world": int(world), "host": host,
+             "port": int(port), "pid": os.getpid(), "node_id": ctx.get_node_id(),
+             "node_ip": ray.util.get_node_ip_address(), "job_id": ctx.get_job_id(), "actor_id": actor_id,
+             "actor_name": ctx.get_actor_name(), "worker_id": ctx.get_worker_id(), "cwd": os.getcwd(),
+             "purelib": sysconfig.get_paths()["purelib"], "since": time.time()}
     entry["key"] = key_for(entry["job_id"], actor_id or entry["worker_id"])
     builtins.RLDBG_RANK, builtins.RLDBG_ROLE = int(rank), entry["role"]
     install_pause_hook()

@@ -44,8 +44,7 @@ class Thread:
 
 
 def _binary() -> str:
-    exe = tools.find("py-spy")
-    if exe is None:
+    if (exe := tools.find("py-spy")) is None:
         raise PySpyError("py-spy is not installed on this machine (pip install py-spy)")
     return exe
 
@@ -108,8 +107,7 @@ def parse_dump_text(text: str) -> list[Thread]:
     return threads
 
 
-def record(pid: int, seconds: float, out_path: str, rate: int = 100, idle: bool = False,
-           native: bool = False) -> str:
+def record(pid: int, seconds: float, out_path: str, rate: int = 100, idle: bool = False, native: bool = False) -> str:
     """Sample pid for `seconds` into collapsed-stack text ("a;b;c count" per line)."""
     if seconds <= 0:
         raise PySpyError(f"bad duration {seconds}: expected a positive number of seconds")

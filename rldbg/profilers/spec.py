@@ -73,11 +73,9 @@ def parse(text: str) -> ProfileSpec:
         key, eq, value = part.partition("=")
         key = key.strip()
         if not eq:
-            raise ProfileSpecError(f"{ENV}: bad item {part!r}: expected key=value with key one of "
-                                   f"{', '.join(KEYS)}")
+            raise ProfileSpecError(f"{ENV}: bad item {part!r}: expected key=value with key one of {', '.join(KEYS)}")
         if key not in KEYS:
-            raise ProfileSpecError(f"{ENV}: unknown key {key!r} in {part!r}: accepted keys are "
-                                   f"{', '.join(KEYS)}")
+            raise ProfileSpecError(f"{ENV}: unknown key {key!r} in {part!r}: accepted keys are {', '.join(KEYS)}")
         if key in fields:
             raise ProfileSpecError(f"{ENV}: key {key!r} given twice")
         fields[key] = value.strip()
@@ -87,10 +85,8 @@ def parse(text: str) -> ProfileSpec:
     if not _RUN.match(run):
         raise ProfileSpecError(f"{ENV}: bad run name {run!r}: expected a directory name of letters, "
                                "digits, '_', '-' or '.', not starting with '.'")
-    return ProfileSpec(dir=fields["dir"], run=run,
-                       roles=_names("roles", fields.get("roles", "")),
-                       ranks=_ints("ranks", fields.get("ranks", "")),
-                       steps=_ints("steps", fields.get("steps", "")),
+    return ProfileSpec(dir=fields["dir"], run=run, roles=_names("roles", fields.get("roles", "")),
+                       ranks=_ints("ranks", fields.get("ranks", "")), steps=_ints("steps", fields.get("steps", "")),
                        methods=_names("methods", fields.get("methods", "")))
 
 

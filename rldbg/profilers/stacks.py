@@ -55,8 +55,7 @@ def fetch(targets, dash, native: bool = False, via: str = "auto") -> list[Result
         if via != "local" and "reason" not in broken:
             try:
                 text = dash.traceback(t.pid, ip=t.ip or None, node_id=t.node_id or None, native=native)
-                threads = pyspy.parse_dump_text(text)
-                if threads:
+                if threads := pyspy.parse_dump_text(text):
                     return Result(t, threads, "dashboard")
                 why_dash = f"the dashboard's traceback had no threads: {text.strip()[:200]!r}"
             except DashboardError as e:
@@ -140,8 +139,7 @@ def classify(thread) -> tuple[str, str, object]:
 
 def group(results) -> tuple[list[Group], list[Result]]:
     """-> (groups, failures); groups ordered odd-one-out first (fewest members), then by label."""
-    groups: dict = {}
-    failed = []
+    groups, failed = {}, []
     for r in results:
         t = main_thread(r.threads or [])
         if t is None:

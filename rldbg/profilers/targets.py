@@ -50,10 +50,9 @@ def is_local(ip: str) -> bool:
     if not ip or ip.startswith("127.") or ip in ("localhost", "::1"):
         return True
     try:
-        mine = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None)}
+        return ip in {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None)}
     except OSError:
-        mine = set()
-    return ip in mine
+        return False
 
 
 def _node_ips(dash: Dashboard) -> dict:

@@ -34,8 +34,7 @@ def check_logdir(logdir: str) -> tuple[list[str], list[str]]:
     """(torch traces, scalar event files) under logdir; raises when there is nothing to show."""
     if not os.path.isdir(logdir):
         what = "is a file, not a directory" if os.path.exists(logdir) else "does not exist"
-        raise TensorBoardError(f"{logdir!r} {what}; pass --logdir DIR "
-                               "(a run's tb/ directory, default <run_dir>/tb)")
+        raise TensorBoardError(f"{logdir!r} {what}; pass --logdir DIR (a run's tb/ directory, default <run_dir>/tb)")
     traces = find_traces(logdir)
     # TensorBoard event files: the trainer's metrics run, <run_dir>/tb/metrics
     scalars = sorted(os.path.join(d, f) for d, _, files in os.walk(logdir) for f in files if ".tfevents." in f)

@@ -11,12 +11,12 @@ import sqlite3
 from rldbg import sentinel
 from rldbg.store import no_gc, schema, series
 from rldbg.store.schema import raw_args
-from rldbg.trace.events import NUMBERED_AFTER, TRIGGER
+from rldbg.trace.events import BREAKPOINT, NUMBERED_AFTER, TRIGGER
 from rldbg.trace.report_trace import LOSSES, Trace, odd_notes
 from rldbg.trace.window import STACK
 
 STEP_START = "step start"
-KEPT_INSTANTS = (sentinel.EVENT, TRIGGER, STACK, STEP_START, LOSSES)
+KEPT_INSTANTS = (sentinel.EVENT, TRIGGER, STACK, STEP_START, LOSSES, BREAKPOINT)
 SLICE_CATS = ("call", "transition", "step", "driver_call")
 
 _KINDS = "SELECT id, proc, ph, cat, name, role, rank, method FROM kinds"

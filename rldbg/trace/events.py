@@ -35,6 +35,8 @@ FREES, LOADS = "frees", "loads"
 NUMBERED_AFTER = "numbered_after"
 # The instant a flight recorder's dump starts with (rldbg.trace.flight): what triggered it.
 TRIGGER = "rldbg flight trigger"
+# The instant of a stop at a breakpoint (or post mortem): the call it paused lasts as long as the user looked.
+BREAKPOINT = "breakpoint"
 
 
 Event = namedtuple("Event", FIELDS)

@@ -87,8 +87,7 @@ def export_store(conn, out_path: str, extra=None, align_clocks: bool = True) -> 
                          "args": dict(_where(idx, role, rank), name=tname)})
             put({"ph": "i", "s": "g", "pid": 1, "tid": 1, "name": "rldbg trace start", "ts": "0.000",
                  "args": idx.start_args(align_clocks)})
-            kinds = {k[0]: k[1:] for k in conn.execute(
-                "SELECT id, proc, ph, cat, name, role, rank, method FROM kinds")}
+            kinds = {k[0]: k[1:] for k in conn.execute("SELECT id, proc, ph, cat, name, role, rank, method FROM kinds")}
             keys = dict(conn.execute("SELECT id, key FROM processes"))
             fmt = Formatter(idx, kinds, {proc: idx.offsets.get(key, 0) for proc, key in keys.items()})
             # Each chunk's counters as SQLite writes them, a NUL in the place of each other event, whose text the
@@ -184,5 +183,4 @@ def _prepare_out(path: str) -> None:
 def _where(idx: Tracks, role: str, rank: int) -> dict:
     """The process behind role/rank's track: pid, host, node, clock ({} when no event named it)."""
     p = idx.procs.get(idx.rank_proc.get((role, rank)), {})
-    return {k: p[k] for k in ("pid", "host", "node_id", "node_ip", "clock_offset_ns", "clock_uncertainty_ns")
-            if k in p}
+    return {k: p[k] for k in ("pid", "host", "node_id", "node_ip", "clock_offset_ns", "clock_uncertainty_ns") if k in p}

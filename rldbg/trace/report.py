@@ -122,6 +122,10 @@ def render(r: dict) -> str:
     for s in r["stragglers"]:
         lines.append(f"  STRAGGLER {s['role']} rank {s['rank']}: {s['method']} {s['slower_than_peers']}x "
                      f"slower than the median of its peers over {s['calls']} call(s)")
+    if stops := r.get("breakpoint_stops"):   # the step times above still hold the pauses
+        lines.append(f"  left out: {r['calls_paused']} call(s) paused at {len(stops)} breakpoint stop(s), which "
+                     "the step times include: " + "; ".join(f"{b['role']} rank {b['rank']} step {b['step']} at "
+                     f"{os.path.basename(str(b['file']))}:{b['line']}" for b in stops[:5]) + ("; ..." * (len(stops) > 5)))
     lines += ["", "memory peak per phase:"]
     lines += [f"  {p['role']:<16} {p['phase']:<24} {mib_text(p['peak_bytes']):>12}  (rank {p['rank']})"
               for p in r["memory_peaks"]]

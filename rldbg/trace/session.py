@@ -82,8 +82,7 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
             server.close()
         collector.close()
         raise
-    _session.update(path=path, spill=spill, collector=collector, server=server, config=config,
-                    profile_dir=profile_dir)
+    _session.update(path=path, spill=spill, collector=collector, server=server, config=config, profile_dir=profile_dir)
     runtime.STATE.looked_up = False
     runtime.attach(LocalLink(collector), config, is_driver=True)
     if window:

@@ -68,10 +68,7 @@ def _wake(args, kwargs) -> dict:
 
 
 # method -> (transition name, what it declares given the call's arguments)
-ADAPTER = {
-    "resume": ("rollout_wake", _wake),
-    "release": ("rollout_sleep", lambda a, k: {"frees": BOTH}),
-}
+ADAPTER = {"resume": ("rollout_wake", _wake), "release": ("rollout_sleep", lambda a, k: {"frees": BOTH})}
 SERVER = {
     "wake_up": ("rollout_wake", _wake),
     "sleep": ("rollout_sleep", lambda a, k: {"frees": BOTH}),
