@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -70,6 +69,44 @@ def test_top_and_stack_reach_both_nodes(run):
     assert [(w["rank"], w["pid"], w["source"]) for w in group["workers"]] == [(1, where[1][0], "dashboard")]
     mine = [f["name"] for f in group["frames"] if f["file"].endswith("node_workers.py")]
     assert {"Looper.spin", "Looper.tick"} & set(mine), group["frames"]
+
+
+_AGENT_KV = """
+import sys, ray
+from ray.experimental import internal_kv as kv
+ray.init(address=sys.argv[1], log_to_driver=False)
+key = "DASHBOARD_AGENT_ADDR_NODE_ID_PREFIX:" + sys.argv[2]
+if len(sys.argv) > 3:
+    kv._internal_kv_put(key, sys.argv[3], namespace="dashboard")
+else:
+    print(kv._internal_kv_get(key, namespace="dashboard").decode())
+    kv._internal_kv_del(key, namespace="dashboard")
+"""
+
+
+def _agent_entry(cluster, node_id, put_back=None) -> str:
+    """Take a node's agent address out of the GCS, where the head's dashboard looks it up (a node
+    whose agent is gone or not registered yet), returning it; or put it back."""
+    out = subprocess.run([sys.executable, "-c", _AGENT_KV, cluster["address"], node_id,
+                          *([put_back] if put_back else [])], capture_output=True, text=True, timeout=120,
+                         env=ray_cli_env(), cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
+def test_a_node_whose_agent_the_head_does_not_know_fails_alone(run):
+    """The head's agent unknown: rank 0 (on the head) cannot be dumped through the dashboard, and
+    says why; rank 1, asked after it, still is, through its own node's agent."""
+    cluster, where, head, other = run
+    entry = _agent_entry(cluster, head)
+    try:
+        st = _rldbg("stack", "--role", "actor", "--via", "dashboard", "--json", "--address", cluster["dashboard"])
+    finally:
+        _agent_entry(cluster, head, put_back=entry)
+    out = json.loads(st.stdout)
+    assert [(e["label"], e["pid"]) for e in out["errors"]] == [("actor rank 0", where[0][0])], out
+    assert "Failed to get agent address" in out["errors"][0]["error"], out
+    assert [[(w["rank"], w["source"]) for w in g["workers"]] for g in out["groups"]] == [[(1, "dashboard")]], out
 
 
 class _Attach:

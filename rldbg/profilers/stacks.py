@@ -2,7 +2,8 @@
 
 fetch() asks the dashboard's /worker/traceback first (it reaches other nodes) and falls back to
 a local `py-spy dump` when the dashboard refuses (403 without RAY_DASHBOARD_ENABLE_PROFILING=1;
-500 "Failed to get agent address" on clusters made by ray.init()) and the pid is on this node.
+500 "Failed to get agent address" on clusters made by ray.init(), or for a node whose agent the
+head does not know: that node's workers only) and the pid is on this node.
 group() keys each worker by its main thread's frames (names, files, lines; native addresses
 stripped), which is where a Ray actor runs its methods.
 
@@ -48,11 +49,13 @@ def fetch(targets, dash, native: bool = False, via: str = "auto") -> list[Result
     """One Result per target, in order. via: auto | dashboard | local."""
     if via not in ("auto", "dashboard", "local"):
         raise ValueError(f"bad --via {via!r}: expected auto, dashboard or local")
-    broken = {}   # the dashboard's refusal, learned once, not re-asked for every worker
+    # A refusal learned once, not re-asked for every worker: the dashboard's profiling routes (all
+    # workers), or a node whose agent the head does not know (that node's: another node's may answer).
+    broken = {}
 
     def one(t) -> Result:
-        why_dash = None
-        if via != "local" and "reason" not in broken:
+        why_dash = broken.get("all") or broken.get(t.node_id or t.ip)
+        if via != "local" and why_dash is None:
             try:
                 text = dash.traceback(t.pid, ip=t.ip or None, node_id=t.node_id or None, native=native)
                 if threads := pyspy.parse_dump_text(text):
@@ -60,14 +63,15 @@ def fetch(targets, dash, native: bool = False, via: str = "auto") -> list[Result
                 why_dash = f"the dashboard's traceback had no threads: {text.strip()[:200]!r}"
             except DashboardError as e:
                 why_dash = str(e)
-                if "refuses profiling" in why_dash or "agent address" in why_dash.lower():
-                    broken["reason"] = why_dash
-        why_dash = why_dash or broken.get("reason")
+                if "refuses profiling" in why_dash:
+                    broken["all"] = why_dash
+                elif "agent address" in why_dash.lower():
+                    broken[t.node_id or t.ip] = why_dash
         if via == "dashboard":
             return Result(t, error=why_dash)
         if not t.local:
-            return Result(t, error=f"pid {t.pid} runs on {t.ip or t.node_id[:8]}, not this machine, and "
-                                   f"the dashboard could not dump it ({why_dash})")
+            return Result(t, error=f"pid {t.pid} runs on {t.ip or t.node_id[:8]}, not this machine, and " + (
+                f"the dashboard could not dump it ({why_dash})" if why_dash else "--via local reads this machine only"))
         try:
             return Result(t, pyspy.dump(t.pid, native=native), "py-spy")
         except pyspy.PySpyError as e:
