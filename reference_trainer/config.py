@@ -205,6 +205,8 @@ def _set(cfg, dotted: str, raw, from_text: bool) -> None:
         except yaml.YAMLError as e:
             raise ConfigError(f"override {dotted}={raw!r} is not a valid YAML value ({_yaml_problem(e)}); "
                               "quote strings, e.g. 'debug.breakpoints=[\"actor.update_actor@rank=1\"]'") from None
+        if from_text and isinstance(value, bool) and str in (hint, *typing.get_args(hint)):
+            value = raw.strip()   # YAML 1.1 reads on/off/yes/no as booleans: a string key takes the text given
         setattr(node, f.name, _coerce(dotted, value, hint))
 
 
@@ -234,6 +236,9 @@ def _coerce(key: str, value, hint):
     elif hint is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
+        if isinstance(value, bool):   # from a file, where the text is gone
+            raise ConfigError(f"config key {key!r} needs a string, got {str(value).lower()} (YAML reads an unquoted "
+                              "on/off/yes/no/true/false as true or false: quote it, e.g. 'off')")
     elif hint is dict:
         if isinstance(value, dict):
             return value

@@ -50,8 +50,11 @@ def check() -> None:
 
 
 def _handler(signum, frame) -> None:
-    if _state["signum"] is not None:
-        os._exit(128 + signum)                   # the user insists: no more waiting on cleanup
+    if _state["signum"] is not None:         # the user insists: no more waiting on cleanup
+        os.write(2, f"{signal.Signals(signum).name} again: exiting now, without cleanup (no trace export; "
+                    "the events recorded so far stay in the trace's .spill directory: `rldbg export DIR`)\n"
+                    .encode())
+        os._exit(128 + signum)
     _state["signum"] = signum
     import rldbg.control
     rldbg.control.release(f"stopping on {signal.Signals(signum).name}")   # a parked gate must not hold the stop

@@ -64,7 +64,8 @@ def fit(cfg: Config) -> list[dict]:
             finally:
                 log.close()
         except Stopped as e:
-            e.step, e.trace = step, trace_path
+            # A flight recorder writes no whole trace: its dump, if any, is said by _stop_tracing.
+            e.step, e.trace = step, trace_path if not cfg.trace.window else None
             raise
         except RemoteCallError as e:   # a survivor's echo of a lost peer: name the peer (runtime.lost_peer)
             died = lost_peer(groups, e)
@@ -209,9 +210,15 @@ def _stop_tracing(path: str | None, failure: BaseException | None = None, window
     dumps = rldbg.trace.last_dumps()
     if window:
         for d in dumps:
-            state = "written to" if d["state"] == "written" else f"{d['state']} ({d['error']}):"
+            at = "before the first step" if d["step"] is None else f"at step {d['step']}"
             took = f", {d['seconds']:.1f} s after the trigger" if d["seconds"] is not None else ""
-            print(f"flight recorder: {d['reason']} at step {d['step']}, last window {state} {d['path']}{took}"
+            if d["state"] == "written":
+                done = f"written to {d['path']}{took}"
+            else:   # cut short by the exit: what reached the dump's spill is there, a directory export reads
+                spill = d["path"][:-len(".json.gz")] + ".spill"
+                done = (f"not written ({d['state']}{': ' + d['error'] if d['error'] else ''}); what reached it: "
+                        f"`rldbg export {spill} -o {d['path']}`")
+            print(f"flight recorder: {d['reason']} {at}, last window {done}"
                   + (f" (and {d['coalesced']} later trigger(s))" if d["coalesced"] else ""), flush=True)
         if not dumps:
             print("flight recorder: no trigger, nothing written", flush=True)

@@ -45,3 +45,21 @@ def test_a_key_given_twice_in_a_config_file_is_refused(text, expected, tmp_path)
                           f"trainer.run_dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip() == f"config error: config file {str(config)!r} is not valid YAML: {expected}"
+
+
+def test_on_off_words_are_strings_where_a_key_takes_a_string(tmp_path):
+    """YAML 1.1 reads an unquoted off/on/yes/no as a boolean: `debug.on_nonfinite=off`, as the README
+    writes it, is the string on the command line; in a file, where the text is gone, one line says to
+    quote it. A comma-separated trace.steps is read as the README writes it too."""
+    from reference_trainer.config import load_config
+    cfg = load_config("demo", overrides=["debug.on_nonfinite=off", "trace.steps=100-110,500"])
+    assert cfg.debug.on_nonfinite == "off"
+    from rldbg import parse_steps
+    assert parse_steps(cfg.trace.steps) == ((100, 110), (500, 500))
+    config = tmp_path / "off.yaml"
+    config.write_text("debug:\n  on_nonfinite: off\n")
+    out = subprocess.run([sys.executable, "-m", "reference_trainer", "--preset", "demo", "--config", str(config),
+                          f"trainer.run_dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "config error: config key 'debug.on_nonfinite' needs a string, got false (YAML reads an unquoted "
+        "on/off/yes/no/true/false as true or false: quote it, e.g. 'off')"), out.stderr

@@ -121,3 +121,14 @@ def test_ptrace_denied_is_one_clear_line(tmp_path, monkeypatch):
         victim.wait()
     msg = str(info.value)
     assert f"pid {victim.pid}" in msg and "ptrace not permitted" in msg and "\n" not in msg
+
+
+def test_an_address_of_this_machine_is_local_whatever_the_host_name_resolves_to():
+    """Ray names a node by its primary address (here 192.0.2.x), which the host name need not
+    resolve to (only 127.0.0.1 on some machines): each interface's address is this machine's."""
+    import subprocess
+
+    from rldbg.profilers.targets import is_local
+    mine = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    assert mine and all(is_local(ip) for ip in mine), mine
+    assert not is_local("198.51.100.7")   # TEST-NET-2: no machine's

@@ -7,7 +7,6 @@ where py-spy must run. Other actors are listed by class and pid unless a role or
 from __future__ import annotations
 
 import re
-import socket
 from dataclasses import dataclass
 
 from rldbg.dashboard import Dashboard, DashboardError
@@ -49,10 +48,8 @@ class Target:
 def is_local(ip: str) -> bool:
     if not ip or ip.startswith("127.") or ip in ("localhost", "::1"):
         return True
-    try:
-        return ip in {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None)}
-    except OSError:
-        return False
+    import psutil   # every interface's address: the host name may resolve to 127.0.0.1 alone, Ray's node IP not
+    return ip in {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
 
 
 def _node_ips(dash: Dashboard) -> dict:

@@ -102,7 +102,10 @@ def export_store(conn, out_path: str, extra=None, align_clocks: bool = True) -> 
             last = conn.execute("SELECT coalesce(max(seq), -1) FROM events").fetchone()[0]
             others = conn.execute(_OTHERS)
             with closing(second) if second else nullcontext(), ThreadPoolExecutor(1) as pool:
-                start = pool.submit if second else _done
+                start = _done
+                with suppress(RuntimeError):   # at exit (an atexit export) no thread starts: all of it here
+                    if second and pool.submit(int).result() == 0:
+                        start = pool.submit
                 counters, writes = start(_counter_text, src, 0), []
                 for a in range(0, last + 1, _CHUNK):
                     texts, counters = counters.result().split(b"\0"), start(_counter_text, src, a + _CHUNK)

@@ -47,6 +47,7 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
         raise ValueError(f"trace path {path!r} must end in .json or .json.gz")
     if memory_hz < 0:
         raise ValueError(f"memory_hz={memory_hz!r} must be >= 0 (0 turns the sampler off)")
+    __import__("rldbg.trace.export")   # now: an export at exit may no longer import its thread pool
     from rldbg.trace.window import parse_steps
     if type(window) is not int or window < 0:
         raise ValueError(f"trace window={window!r}: the number of steps each process keeps, an int >= 0 (0: off)")

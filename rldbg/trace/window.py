@@ -28,10 +28,10 @@ def parse_steps(spec) -> tuple:
     naming the bad part and what is accepted."""
     if spec is None or spec == "" or spec == []:
         return ()
-    items = spec if isinstance(spec, (list, tuple)) else str(spec).strip("[] ").split(",")
-    out = []
-    for item in items:
-        text = str(item).strip()
+    out = []   # a list's item may itself be "100-110,500" (a config's `steps: 100-110,500` made a list)
+    for item in (part for i in (spec if isinstance(spec, (list, tuple)) else [spec])
+                 for part in str(i).strip("[] ").split(",")):
+        text = item.strip()
         if not text:
             continue
         lo, sep, hi = text.partition("-")
