@@ -132,6 +132,12 @@ def _check_debug(cfg: Config) -> None:
                                 "run": "check"}, inherit=False)
         except ValueError as e:
             raise ConfigError(f"profile: {e}") from None
+        where = p.dir or str(Path(cfg.trainer.run_dir) / "tb")
+        try:   # made now, not by the first profiled call inside a worker, mid-run
+            Path(where).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"config key 'profile.dir' is {where!r}, where no folder can be made "
+                              f"({e.strerror})") from None
 
 
 def _known_methods(cfg: Config) -> list[str] | None:

@@ -63,9 +63,11 @@ class _Console:
 
 
 class _Jsonl:
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, resumed: bool):
         self.path = run_dir / "metrics.jsonl"
-        self._file = self.path.open("a")
+        # A resumed run goes on with its file; a new run in the same run_dir starts it afresh (its
+        # steps from 0 after the last run's would read as one run).
+        self._file = self.path.open("a" if resumed else "w")
 
     def write(self, record: dict) -> None:
         self._file.write(json.dumps(record) + "\n")
@@ -122,7 +124,7 @@ class MetricsLog:
             for name in dict.fromkeys(loggers):   # keep order, drop repeats
                 self._sinks.append(
                     _Console(total_steps, start_step, progress) if name == "console" else
-                    _Jsonl(run) if name == "jsonl" else
+                    _Jsonl(run, resumed=start_step > 0) if name == "jsonl" else
                     _TensorBoard(run) if name == "tensorboard" else
                     _Wandb(run, config))
         except Exception:

@@ -63,3 +63,12 @@ def test_on_off_words_are_strings_where_a_key_takes_a_string(tmp_path):
     assert out.returncode == 2 and out.stderr.strip() == (
         "config error: config key 'debug.on_nonfinite' needs a string, got false (YAML reads an unquoted "
         "on/off/yes/no/true/false as true or false: quote it, e.g. 'off')"), out.stderr
+
+
+def test_a_profile_dir_where_no_folder_can_be_made_is_refused_before_any_work(tmp_path):
+    """Made by the first profiled call inside a worker, mid-run, it failed there with a Ray traceback."""
+    out = subprocess.run([sys.executable, "-m", "reference_trainer", "--preset", "demo", "profile.dir=/proc/nope",
+                          "profile.steps=[1]", f"trainer.run_dir={tmp_path}"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "config error: config key 'profile.dir' is '/proc/nope', where no folder can be made "
+        "(No such file or directory)"), out.stderr
