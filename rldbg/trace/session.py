@@ -95,9 +95,12 @@ def start(path: str = "rldbg-trace.json.gz", memory_hz: float = 10.0, buffer_eve
 
 def check_path_free(path: str) -> None:
     """RuntimeError (one line) when a live run is writing the trace at `path`: two live runs must
-    not share a spill, the second would wipe the first's events."""
+    not share a spill, the second would wipe the first's events. A dead run's spill that no export
+    read (no store beside the trace, or one older than the events) is that run's only record: it
+    is moved aside, and said, instead of wiped."""
     from rldbg.control.discovery import alive
-    from rldbg.trace.spill import meta_path
+    from rldbg.store import store_path_for
+    from rldbg.trace.spill import EXT, OLD_EXT, _files, meta_path
     spill = spill_dir_for(os.path.abspath(path))
     try:
         with open(meta_path(spill)) as f:
@@ -105,10 +108,14 @@ def check_path_free(path: str) -> None:
         pid, host = int(old.get("driver_pid") or 0), old.get("host")
     except (OSError, ValueError, TypeError, AttributeError):
         return
-    if not pid or pid == os.getpid() or host != socket.gethostname() or not alive({"pid": pid, "host": host}):
-        return
-    raise RuntimeError(f"trace spill {spill!r} belongs to a run that is still going (driver pid {pid}); "
-                       "give this run another trace path (trace.path / trainer.run_dir)")
+    if pid and pid != os.getpid() and host == socket.gethostname() and alive({"pid": pid, "host": host}):
+        raise RuntimeError(f"trace spill {spill!r} belongs to a run that is still going (driver pid {pid}); "
+                           "give this run another trace path (trace.path / trainer.run_dir)")
+    store, events = store_path_for(path), _files(spill, EXT) + _files(spill, OLD_EXT)
+    if events and not (os.path.exists(store) and os.path.getmtime(store) >= max(map(os.path.getmtime, events))):
+        os.rename(spill, aside := f"{spill[:-len('.spill')]}-unexported-{pid}-{time.time_ns()}.spill")
+        print(f"rldbg: {spill} held the events of a run never exported (driver pid {pid}); moved to {aside} "
+              f"(`rldbg export {aside} -o FILE.json.gz` writes its trace)", file=sys.stderr, flush=True)
 
 
 def dump(reason: str = "manual", wait_s: float = 0.0, **detail) -> dict | None:
