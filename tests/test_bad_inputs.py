@@ -54,6 +54,16 @@ def test_a_dead_cluster_address_is_said_at_once(cmd):
     assert line == f"rldbg {cmd[0]}: no Ray cluster at --address '127.0.0.1:9' (127.0.0.1:9: [Errno 111] Connection refused)"
 
 
+@pytest.mark.parametrize("cmd", [["dump"], ["export", "-o", "x.json"]])
+def test_an_address_of_no_known_form_is_one_line(cmd):
+    line = _one_line([*cmd, "--address", "bogus"], rc=1)   # was ray.init's ValueError, with its traceback
+    assert line == f"rldbg {cmd[0]}: no Ray cluster at --address 'bogus' (Invalid address format: bogus)"
+
+
+def test_dump_wait_nan():
+    assert _one_line(["dump", "--wait", "nan"]) == "rldbg dump: --wait nan: seconds to wait, >= 0"
+
+
 def test_tb_names_what_its_logdir_is(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("")

@@ -94,6 +94,10 @@ def test_rldbg_dump_from_a_second_process_while_the_run_goes_on_then_sigterm_wri
         assert dump.returncode == 0, dump.stdout + dump.stderr
         assert dump.stdout.startswith(f"wrote {run}/flight-") and "-manual.json.gz" in dump.stdout, dump.stdout
         manual = Path(dump.stdout.split()[1])
+        again = subprocess.run([sys.executable, "-m", "rldbg", "dump", "--address", gcs], capture_output=True,
+                               text=True, timeout=120, env=ray_cli_env())   # within 30 s: no new dump, and said
+        assert again.returncode == 0 and again.stdout.startswith(f"the latest dump is {manual} "), again.stdout
+        assert again.stderr.startswith("rldbg dump: no new dump: a manual dump was taken moments ago"), again.stderr
         at = _steps_done(run)
         until(lambda: _steps_done(run) >= at + 3, "the run going on after the dump", limit=120)
         assert proc.poll() is None

@@ -39,7 +39,7 @@ def traced_job(address: str, name: str | None, prog: str) -> tuple[str, dict]:
         pass
     try:
         ray.init(address=address, namespace=where.NAMESPACE, logging_level="ERROR")
-    except (ConnectionError, RuntimeError) as e:
+    except (ConnectionError, RuntimeError, ValueError) as e:   # ValueError: an address of no known form
         raise SystemExit(f"{prog}: no Ray cluster at --address {address!r} ({str(e).splitlines()[0]})") from None
     try:
         found = where.find_all()
@@ -59,7 +59,7 @@ def traced_job(address: str, name: str | None, prog: str) -> tuple[str, dict]:
 
 
 def run(args) -> int:
-    if args.wait < 0:
+    if not args.wait >= 0:   # nan too
         return fail(f"rldbg dump: --wait {args.wait:g}: seconds to wait, >= 0", 2)
     from rldbg.trace.address import connect
     from rldbg.trace.wire import WireError
@@ -74,8 +74,8 @@ def run(args) -> int:
         except WireError as e:   # the collector's own one-line refusal (a trace without a window)
             return fail(f"rldbg dump: {e}", 2)
         if st.get("rate_limited"):
-            print(f"rldbg dump: a dump was taken {st['reason']} moments ago ({st['path']}, {st['state']}); "
-                  f"dumps are at most one per 30 s", file=sys.stderr)
+            print(f"rldbg dump: no new dump: a {st['reason']} dump was taken moments ago ({st['path']}, "
+                  f"{st['state']}); dumps are at most one per 30 s", file=sys.stderr)
         deadline = time.monotonic() + args.wait
         while args.wait and st["state"] not in ("written", "failed") and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -83,8 +83,9 @@ def run(args) -> int:
     finally:
         conn.close()
     if st["state"] == "written":
-        print(f"wrote {st['path']} (step {st['step']}, {st['events']} events from {st['processes']} processes, "
-              f"{st['seconds']:.1f} s)")
+        at = "before the first step" if st["step"] is None else f"step {st['step']}"
+        print(f"{'the latest dump is' if st.get('rate_limited') else 'wrote'} {st['path']} ({at}, {st['events']} "
+              f"events from {st['processes']} processes, {st['seconds']:.1f} s)")
         return 0
     if st["state"] == "failed":
         return fail(f"rldbg dump: writing {st['path']} failed: {st['error']}", 1)

@@ -46,10 +46,9 @@ class Target:
 
 
 def is_local(ip: str) -> bool:
-    if not ip or ip.startswith("127.") or ip in ("localhost", "::1"):
-        return True
     import psutil   # every interface's address: the host name may resolve to 127.0.0.1 alone, Ray's node IP not
-    return ip in {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
+    return (not ip or ip.startswith("127.") or ip in ("localhost", "::1")
+            or ip in {a.address for addrs in psutil.net_if_addrs().values() for a in addrs})
 
 
 def _node_ips(dash: Dashboard) -> dict:
