@@ -438,6 +438,8 @@ def test_two_runs_at_once_each_keep_their_hub_and_are_watched_by_run(ray_cluster
             assert (f"cluster at {ray_cluster} " in r.stderr) == (run == mine["run"]), r.stderr
         r = _cli("top", "--once", env=env, timeout=60)   # which one? never a silent pick
         assert r.returncode == 2 and all(run in r.stderr for run, _ in runs), r.stderr
+        r = _cli("stack", "--role", "actor", env=env, timeout=60)   # it takes no --job: names what it takes
+        assert r.returncode != 0 and r.stderr.strip().endswith("pick one with --address URL"), r.stderr
         other.stdin.close()
         assert other.wait(timeout=60) == 0
         # the other run's exit removes its own hub file only, never ours

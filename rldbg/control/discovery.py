@@ -122,12 +122,12 @@ def own_dashboard() -> str | None:
     return (url if url.startswith("http") else f"http://{url}") if url else None
 
 
-def resolve_dashboard(address: str | None = None, job: str | None = None) -> tuple[str, str]:
+def resolve_dashboard(address=None, job: str | None = None, choose="--job RUN or --address URL") -> tuple[str, str]:
     """(dashboard URL, where it came from, so commands can say which cluster they look at):
     --address / RAY_DASHBOARD_ADDRESS / an http RAY_ADDRESS, else the dashboard in the hub file of
     a live run on this machine (the one `job` names, or the only one), else the newest Ray
-    session's, else http://127.0.0.1:8265. RunChoiceError when live runs use different dashboards
-    and nothing picks one."""
+    session's, else http://127.0.0.1:8265. RunChoiceError, saying `choose`, when live runs use
+    different dashboards and nothing picks one."""
     from rldbg.dashboard import DEFAULT_ADDRESS, env_address, resolve_address
     if address:
         return resolve_address(address), "--address"
@@ -140,7 +140,7 @@ def resolve_dashboard(address: str | None = None, job: str | None = None) -> tup
         return resolve_address(dashboards[0]), which
     if len(dashboards) > 1:
         raise RunChoiceError(f"{len(runs)} runs on this machine use different Ray clusters: {describe(runs)}; "
-                             "pick one with --job RUN or --address URL")
+                             f"pick one with {choose}")
     if found := ray_session_dashboard():
         return resolve_address(found), f"the newest Ray session ({os.path.realpath(RAY_SESSION_LATEST)})"
     return DEFAULT_ADDRESS, "the default address"
@@ -190,7 +190,7 @@ def cli_dashboard(address: str | None, prog: str):
 
     from rldbg.dashboard import Dashboard, DashboardError
     try:
-        url, origin = resolve_dashboard(address)
+        url, origin = resolve_dashboard(address, choose="--address URL")   # these commands take no --job
     except RunChoiceError as e:
         raise DashboardError(str(e)) from None
     if origin != "--address":
