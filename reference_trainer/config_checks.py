@@ -165,6 +165,15 @@ def _check_model(preset: str) -> None:
                           "or a Hugging Face checkpoint folder")
 
 
+def _profile_steps(cfg) -> tuple:
+    """The profiled steps as ranges ((a, b), ...); () for every step (or a spec checked elsewhere)."""
+    from rldbg import parse_steps
+    try:
+        return parse_steps([str(s) for s in cfg.profile.steps])
+    except ValueError:
+        return ()
+
+
 def validate(cfg: Config) -> None:
     for key, accepted in CHOICES.items():
         section, name = key.split(".")
@@ -213,11 +222,21 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"config key {key!r} must be in [0, 1], got {_get(cfg, key)!r}")
     from rldbg import parse_steps
     try:
-        if parse_steps(cfg.trace.steps) and cfg.trace.window:
-            raise ConfigError(f"config keys 'trace.window'={cfg.trace.window} and 'trace.steps'={cfg.trace.steps}: "
-                              "choose one (the flight recorder keeps the last steps, step windows chosen ones)")
+        steps = parse_steps(cfg.trace.steps)
     except ValueError as e:
         raise ConfigError(f"config key 'trace.steps': {e}") from None
+    if steps and cfg.trace.window:
+        raise ConfigError(f"config keys 'trace.window'={cfg.trace.window} and 'trace.steps'={cfg.trace.steps}: "
+                          "choose one (the flight recorder keeps the last steps, step windows chosen ones)")
+    # Settings that would do nothing, silently: a trace's shape without a trace, steps the run never reaches.
+    shaped = [k for k, default in (("window", 0), ("steps", []), ("hang_s", 60.0)) if getattr(cfg.trace, k) != default]
+    if shaped and not (cfg.trace.enabled or cfg.trace.path):   # as trainer._start_tracing decides
+        raise ConfigError(f"config key 'trace.{shaped[0]}'={getattr(cfg.trace, shaped[0])} shapes a trace, but "
+                          "trace.enabled=false: add trace.enabled=true")
+    for key, ranges in (("trace.steps", steps), ("profile.steps", _profile_steps(cfg))):
+        if ranges and min(a for a, _ in ranges) >= cfg.trainer.total_steps:
+            raise ConfigError(f"config key {key!r}={_get(cfg, key)} names no step of this run: trainer.total_steps="
+                              f"{cfg.trainer.total_steps} runs steps 0-{cfg.trainer.total_steps - 1}")
     if cfg.trace.path and not cfg.trace.path.endswith((".json", ".json.gz")):
         raise ConfigError(f"config key 'trace.path' is {cfg.trace.path!r}; it must end in .json or .json.gz")
     import os

@@ -20,9 +20,16 @@ import pytest
     # known on the driver, not in a worker's init_model after Ray started
     ("model.preset=nope", "config error: config key 'model.preset' is 'nope'; accepted: "),
     ("model.preset=/", "config error: config key 'model.preset' is the folder '/', which holds no config.json"),
+    # settings that would do nothing, silently
+    ("trace.enabled=false trace.window=3", "config error: config key 'trace.window'=3 shapes a trace, but "
+                                           "trace.enabled=false: add trace.enabled=true"),
+    ("trainer.total_steps=5 trace.steps=[100]", "config error: config key 'trace.steps'=[100] names no step of "
+                                                "this run: trainer.total_steps=5 runs steps 0-4"),
+    ("trainer.total_steps=5 profile.steps=[50]", "config error: config key 'profile.steps'=[50] names no step of "
+                                                 "this run: trainer.total_steps=5 runs steps 0-4"),
 ])
 def test_a_bad_override_is_one_line_before_any_work(override, expected, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "reference_trainer", "--preset", "demo", override,
+    out = subprocess.run([sys.executable, "-m", "reference_trainer", "--preset", "demo", *override.split(),
                           f"trainer.run_dir={tmp_path}"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()

@@ -166,6 +166,7 @@ def test_window_and_steps_together_are_refused(tmp_path):
     out = subprocess.run(_trainer(tmp_path, "trace.window=5", "trace.steps=[3-5]"), capture_output=True,
                          text=True, timeout=120, env=_env())
     assert out.returncode == 2 and "choose one" in out.stderr, out.stderr
+    assert out.stderr.startswith("config error: config keys 'trace.window'=5 and"), out.stderr   # no doubled prefix
 
 
 def test_the_ring_stays_bounded_and_keeps_the_state_at_its_start():
