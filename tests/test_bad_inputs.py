@@ -64,6 +64,19 @@ def test_dump_wait_nan():
     assert _one_line(["dump", "--wait", "nan"]) == "rldbg dump: --wait nan: seconds to wait, >= 0"
 
 
+def test_tb_on_a_port_something_holds_says_so_before_starting(tmp_path):
+    """It printed the URL of whatever answered there (another TensorBoard, another logdir), then exited 255."""
+    import socket
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "events.out.tfevents.1").write_bytes(b"")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        line = _one_line(["tb", "--logdir", str(tmp_path), "--port", str(port)], rc=1)
+    assert line == f"rldbg tb: port {port} on 127.0.0.1 is in use: pass --port 0 for a free one"
+
+
 def test_tb_names_what_its_logdir_is(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("")

@@ -184,7 +184,8 @@ def test_stragglers_need_several_calls_and_a_real_excess():
 
 def test_a_call_paused_at_a_breakpoint_is_no_skew_and_its_stop_is_said(tmp_path):
     """Rank 1 stopped 30 s at a breakpoint in its third call: that call (both ranks') is left out of
-    skew and stragglers, which would otherwise read ~1000x, and the report names the stop."""
+    the skew, which would otherwise read ~1000x, the straggler rule's medians outvote it, and the
+    report names the stop."""
     from rldbg.trace.report import analysis, render
     from trace_of import trace_of as Trace
     events = _calls([{0: 30_000, 1: 31_000}] * 2 + [{0: 30_000, 1: 30_030_000}] + [{0: 30_000, 1: 31_000}] * 2)
@@ -203,7 +204,7 @@ def test_a_call_paused_at_a_breakpoint_is_no_skew_and_its_stop_is_said(tmp_path)
     assert r["stragglers"] == [] and r["calls_paused"] == 1
     assert r["breakpoint_stops"] == [{"role": "actor", "rank": 1, "step": 2, "method": "m", "file": "/src/actor.py",
                                       "line": 45, "reason": "breakpoint"}]
-    said = ("  left out: 1 call(s) paused at 1 breakpoint stop(s), which the step times include: actor rank 1 "
+    said = ("  not in the skew: 1 call(s) paused at 1 breakpoint stop(s), which the step times include: actor rank 1 "
             "step 2 at actor.py:45")
     assert said in render(r).splitlines() and said in out.stdout.splitlines()
     without = analysis(Trace(events))   # the same calls, no stop recorded: the pause is skew

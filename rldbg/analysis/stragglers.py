@@ -1,7 +1,7 @@
 """Who straggles: per call, each rank's time against the median of its peers'; a rank is named
 only with evidence (enough calls, and an excess a person would care about). Also each method's
 skew (max over min per call). A call that stopped at a breakpoint lasted as long as someone looked:
-its calls on every rank are left out, and the stops listed."""
+it is left out of the skew (a mean), and the stops listed; the straggler rule's medians outvote it."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -39,9 +39,10 @@ def stragglers(t: Trace, ratio: float = STRAGGLER_RATIO) -> dict:
     excess = defaultdict(list)            # (role, method, rank) -> [dur - median of peers], ns
     skew = defaultdict(list)              # (role, method) -> [max / min]
     for (role, method, flow), durs in per_call.items():
-        if len(durs) < 2 or (role, method, flow) in paused:
+        if len(durs) < 2:
             continue
-        skew[(role, method)].append(max(durs.values()) / max(min(durs.values()), 1))
+        if (role, method, flow) not in paused:
+            skew[(role, method)].append(max(durs.values()) / max(min(durs.values()), 1))
         if len(durs) == 2:   # each rank's peer is the other (the median of one), half of all calls here
             (r1, d1), (r2, d2) = durs.items()
             against = ((r1, d1, d2), (r2, d2, d1))
@@ -59,8 +60,7 @@ def stragglers(t: Trace, ratio: float = STRAGGLER_RATIO) -> dict:
                 and statistics.median(excess[key]) >= STRAGGLER_MIN_EXCESS_NS):
             found.append({"role": role, "rank": rank, "method": method, "calls": len(rs),
                           "slower_than_peers": round(med, 2)})
-    return {"stragglers": found, "breakpoint_stops": [
+    return {"stragglers": found, "calls_paused": len(paused), "breakpoint_stops": [
                 {k: e["args"].get(k) for k in ("role", "rank", "step", "method", "file", "line", "reason")} for e in stops],
-            "calls_paused": len(paused),
             "skew": [{"role": r, "method": m, "calls": len(v), "mean_max_over_min": round(statistics.mean(v), 2)}
                      for (r, m), v in sorted(skew.items(), key=by_call)]}

@@ -3,6 +3,7 @@ the trainer's metrics (the profiler plugin has no authentication, so it is never
 interface)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -19,11 +20,10 @@ def add_arguments(parser) -> None:
 
 
 def _default_logdir() -> str:
-    try:
-        spec = from_env()
-    except ProfileSpecError:
-        spec = None
-    return spec.dir if spec else DEFAULT_LOGDIR
+    with contextlib.suppress(ProfileSpecError):
+        if spec := from_env():
+            return spec.dir
+    return DEFAULT_LOGDIR
 
 
 def run(args) -> int:

@@ -42,11 +42,9 @@ class ProfileSpec:
                 and (not self.methods or method in self.methods))
 
     def to_env(self) -> str:
-        parts = [f"dir={self.dir}", f"run={self.run}"]
-        for key in ("roles", "ranks", "steps", "methods"):
-            if values := getattr(self, key):
-                parts.append(f"{key}=" + ",".join(str(v) for v in sorted(values)))
-        return ";".join(parts)
+        return ";".join([f"dir={self.dir}", f"run={self.run}"] + [
+            f"{key}=" + ",".join(str(v) for v in sorted(values))
+            for key in ("roles", "ranks", "steps", "methods") if (values := getattr(self, key))])
 
 
 def _ints(key: str, text: str) -> frozenset:

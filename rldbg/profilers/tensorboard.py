@@ -24,9 +24,14 @@ class TensorBoardError(RuntimeError):
     """One line for the user."""
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+def free_port(host: str = "127.0.0.1", port: int = 0) -> int:
+    """`port` if nothing holds it (0: any free one): on a held port another server answers our probe."""
     with socket.socket() as s:
-        s.bind((host, 0))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # a port in TIME_WAIT is free
+        try:
+            s.bind((host, port))
+        except OSError:
+            raise TensorBoardError(f"port {port} on {host} is in use: pass --port 0 for a free one") from None
         return s.getsockname()[1]
 
 
@@ -53,7 +58,7 @@ def start(logdir: str, port: int = 0, host: str = "127.0.0.1") -> tuple[subproce
         check(("tensorboard", "torch_tb_profiler"), "TensorBoard with its profiler view", "tensorboard")
     except MissingExtra as e:
         raise TensorBoardError(str(e)) from None
-    port = port or free_port(host)
+    port = free_port(host, port)
     cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", os.path.abspath(logdir),
            "--host", host, "--port", str(port)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), f"http://{host}:{port}"

@@ -202,7 +202,7 @@ def render_html(path: str, analysed: tuple | None = None) -> str:
         "none: no rank is consistently slower than its peers", "alarm"))
     if r.get("breakpoint_stops"):
         parts.append(f"<h2>Breakpoint stops</h2><p>{r['calls_paused']} call(s) paused at these, left out of the "
-                     "stragglers; the step times include the pauses.</p>" + _table(r["breakpoint_stops"], [
+                     "skew; the step times include the pauses.</p>" + _table(r["breakpoint_stops"], [
                          (k, k) for k in ("role", "rank", "step", "method", "file", "line", "reason")], ""))
     parts.append("<h2>Leak suspicions</h2>" + _table(
         _leak_rows(r["leaks"]), [("role", "role"), ("rank", "rank"), ("category / transition", "what"),

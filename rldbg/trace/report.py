@@ -123,7 +123,7 @@ def render(r: dict) -> str:
         lines.append(f"  STRAGGLER {s['role']} rank {s['rank']}: {s['method']} {s['slower_than_peers']}x "
                      f"slower than the median of its peers over {s['calls']} call(s)")
     if stops := r.get("breakpoint_stops"):   # the step times above still hold the pauses
-        lines.append(f"  left out: {r['calls_paused']} call(s) paused at {len(stops)} breakpoint stop(s), which "
+        lines.append(f"  not in the skew: {r['calls_paused']} call(s) paused at {len(stops)} breakpoint stop(s), which "
                      "the step times include: " + "; ".join(f"{b['role']} rank {b['rank']} step {b['step']} at "
                      f"{os.path.basename(str(b['file']))}:{b['line']}" for b in stops[:5]) + ("; ..." * (len(stops) > 5)))
     lines += ["", "memory peak per phase:"]

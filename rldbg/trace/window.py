@@ -26,11 +26,9 @@ def is_state(ev) -> bool:   # memory, ledger and GPU samples: each holds until t
 def parse_steps(spec) -> tuple:
     """"100-110,500" or [100-110, 500] or ["100-110", 500] -> ((100, 110), (500, 500)); ValueError
     naming the bad part and what is accepted."""
-    if spec is None or spec == "" or spec == []:
-        return ()
-    out = []   # a list's item may itself be "100-110,500" (a config's `steps: 100-110,500` made a list)
-    for item in (part for i in (spec if isinstance(spec, (list, tuple)) else [spec])
-                 for part in str(i).strip("[] ").split(",")):
+    out, items = [], spec if isinstance(spec, (list, tuple)) else [] if spec is None else [spec]
+    # a list's item may itself be "100-110,500" (a config's `steps: 100-110,500` made a list)
+    for item in (part for i in items for part in str(i).strip("[] ").split(",")):
         text = item.strip()
         if not text:
             continue

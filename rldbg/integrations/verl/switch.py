@@ -12,6 +12,7 @@ becomes the driver's pid.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -112,10 +113,8 @@ def start(path: str | None) -> None:
     _start_hub()
     atexit.register(stop)   # after trace.start's own hook, so it runs first: the last step closes
     if threading.current_thread() is threading.main_thread():
-        try:
+        with contextlib.suppress(ValueError, OSError):   # not where signals can be handled: written at exit
             signal.signal(signal.SIGTERM, _on_sigterm)
-        except (ValueError, OSError):   # not where signals can be handled: the trace is written at exit
-            pass
 
 
 def _on_sigterm(signum, frame) -> None:
