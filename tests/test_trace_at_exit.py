@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+from polling import until
+
 SCRIPT = """
 import sys, ray, rldbg, rldbg.trace
 ray.init(address=sys.argv[2], log_to_driver=False)
@@ -54,6 +56,10 @@ def test_a_killed_runs_spill_is_moved_aside_not_wiped_by_the_next_run(ray_cluste
     killed = subprocess.run([sys.executable, "-c", KILLED, str(path), gcs], capture_output=True, text=True,
                             timeout=180, env=ray_cli_env())
     assert killed.returncode == 9 and not path.exists(), killed.stderr[-3000:]
+    # Its collector entry stays in the cluster's KV store; `rldbg dump` does not count a dead job's.
+    until(lambda: "no traced job on the Ray cluster" in subprocess.run(
+        [sys.executable, "-m", "rldbg", "dump", "--address", gcs], capture_output=True, text=True, timeout=120,
+        env=ray_cli_env()).stderr, "the killed job counted dead", limit=60)
     again = subprocess.run([sys.executable, "-c", SCRIPT, str(path), gcs], capture_output=True, text=True,
                            timeout=180, env=ray_cli_env())
     assert again.returncode == 0, again.stderr[-3000:]

@@ -36,22 +36,23 @@ def find(job_id: str) -> dict | None:
 
 
 def find_all() -> dict:
-    """{collector name: entry} of every traced job on the cluster."""
+    """{collector name: entry} of each traced job on the cluster not dead (a killed driver leaves its entry)."""
+    from ray._private.state import jobs
     from ray.experimental import internal_kv
-    out = {}
+    out, dead = {}, {j["JobID"] for j in jobs() if j.get("IsDead")}
     for key in internal_kv._internal_kv_list(NAME_PREFIX, namespace=NAMESPACE) or ():
         name = key.decode() if isinstance(key, bytes) else key
-        if (entry := _entry(internal_kv._internal_kv_get(name, namespace=NAMESPACE))) is not None:
+        if name[len(NAME_PREFIX):] not in dead and (entry := _entry(internal_kv._internal_kv_get(
+                name, namespace=NAMESPACE))) is not None:
             out[name] = entry
     return out
 
 
 def _entry(raw) -> dict | None:
-    try:
+    with contextlib.suppress(ValueError):
         entry = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    return entry if isinstance(entry, dict) and entry.get("address") and entry.get("token") else None
+        return entry if isinstance(entry, dict) and entry.get("address") and entry.get("token") else None
+    return None
 
 
 def connect(entry: dict, **kw):

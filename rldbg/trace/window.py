@@ -28,8 +28,7 @@ def parse_steps(spec) -> tuple:
     naming the bad part and what is accepted."""
     out, items = [], spec if isinstance(spec, (list, tuple)) else [] if spec is None else [spec]
     # a list's item may itself be "100-110,500" (a config's `steps: 100-110,500` made a list)
-    for item in (part for i in items for part in str(i).strip("[] ").split(",")):
-        text = item.strip()
+    for text in (part.strip() for i in items for part in str(i).strip("[] ").split(",")):
         if not text:
             continue
         lo, sep, hi = text.partition("-")
