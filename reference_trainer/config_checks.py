@@ -229,7 +229,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"config keys 'trace.window'={cfg.trace.window} and 'trace.steps'={cfg.trace.steps}: "
                           "choose one (the flight recorder keeps the last steps, step windows chosen ones)")
     # Settings that would do nothing, silently: a trace's shape without a trace, steps the run never reaches.
-    shaped = [k for k, default in (("window", 0), ("steps", []), ("hang_s", 60.0)) if getattr(cfg.trace, k) != default]
+    shaped = [k for k in ("window", "steps", "hang_s") if getattr(cfg.trace, k) != getattr(type(cfg.trace)(), k)]
     if shaped and not (cfg.trace.enabled or cfg.trace.path):   # as trainer._start_tracing decides
         raise ConfigError(f"config key 'trace.{shaped[0]}'={getattr(cfg.trace, shaped[0])} shapes a trace, but "
                           "trace.enabled=false: add trace.enabled=true")
