@@ -215,9 +215,8 @@ def _stop_tracing(path: str | None, failure: BaseException | None = None, window
             if d["state"] == "written":
                 done = f"written to {d['path']}{took}"
             else:   # cut short by the exit: what reached the dump's spill is there, a directory export reads
-                spill = d["path"][:-len(".json.gz")] + ".spill"
                 done = (f"not written ({d['state']}{': ' + d['error'] if d['error'] else ''}); what reached it: "
-                        f"`rldbg export {spill} -o {d['path']}`")
+                        f"`rldbg export {d['spill']} -o {d['path']}`")
             print(f"flight recorder: {d['reason']} {at}, last window {done}"
                   + (f" (and {d['coalesced']} later trigger(s))" if d["coalesced"] else ""), flush=True)
         if not dumps:

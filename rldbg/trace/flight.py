@@ -43,7 +43,7 @@ class Dump:
     def status(self) -> dict:
         return {"id": self.id, "reason": self.reason, "step": self.step, "path": self.path, "state": self.state,
                 "error": self.error, "events": self.events, "processes": len(self.answered),
-                "coalesced": self.coalesced, "seconds": self.seconds}
+                "coalesced": self.coalesced, "seconds": self.seconds, "spill": self.spill}
 
 
 class Dumps:
