@@ -2,7 +2,7 @@
 --foreground`) and SIGINT (Ctrl-C) end training in the driver at the next safe point, and fit()'s
 cleanup still runs: the trace is flushed and exported, the control hub releases its gate and
 removes its file, the workers and an embedded Ray cluster are shut down. A second signal exits
-immediately, cleanup or not.
+immediately, cleanup or not, and kills the process tree an embedded cluster is.
 
 Safe points: between steps, and every slice of a worker-group wait (so a call that blocks
 forever, a hung collective, does not hold the stop); a parked step gate is released at once.
@@ -54,10 +54,23 @@ def _handler(signum, frame) -> None:
         os.write(2, f"{signal.Signals(signum).name} again: exiting now, without cleanup (no trace export; "
                     "the events recorded so far stay in the trace's .spill directory: `rldbg export DIR`)\n"
                     .encode())
+        _kill_descendants()
         os._exit(128 + signum)
     _state["signum"] = signum
     import rldbg.control
     rldbg.control.release(f"stopping on {signal.Signals(signum).name}")   # a parked gate must not hold the stop
+
+
+def _kill_descendants() -> None:
+    """An embedded cluster is this driver's process tree. Ray's fate sharing takes its GCS and raylet
+    down with the driver, but the agents the raylet started outlive it (reparented, for minutes):
+    killed here. A driver of a cluster it joined has no children of Ray's."""
+    with contextlib.suppress(Exception):   # exiting is what was asked; nothing here may stop it
+        import psutil   # Ray's dependency
+
+        for p in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
 
 
 class _Guard:

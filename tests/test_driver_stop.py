@@ -4,6 +4,7 @@ left, one line, rc 143); nothing of ours listens beyond loopback; a SIGKILLed ra
 line with its node, method, step and cause."""
 from __future__ import annotations
 
+import contextlib
 import gzip
 import ipaddress
 import json
@@ -12,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -96,6 +98,31 @@ def test_sigterm_exports_the_trace_and_leaves_nothing_running(tmp_path):
     assert any(e.get("cat") == "step" for e in events)
     assert not list((tmp_path / "home").glob("hub-*.json")), "hub file left behind"
     until(lambda: _gone(tree), what="every process of the run to exit", limit=60)
+
+
+def test_a_second_sigterm_exits_at_once_and_leaves_nothing_running(tmp_path):
+    """The user insists: no export, but the embedded cluster goes with the driver, its agents too
+    (Ray's fate sharing takes the raylet and GCS down, not what the raylet started)."""
+    proc, run = _start(tmp_path)
+    try:
+        tree = _tree(proc.pid)
+        assert any("agent" in " ".join(p.cmdline()) for p in tree[1:]), "expected the cluster's agents"
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "SIGTERM again: exiting now, without cleanup" in err.strip().splitlines()[-1], err[-3000:]
+    try:
+        until(lambda: _gone(tree), what="every process of the run to exit", limit=20)
+    finally:
+        for p in tree:   # what a failure leaves must not outlive the test
+            with contextlib.suppress(psutil.Error):
+                p.kill()
 
 
 def test_a_killed_rank_is_named_in_one_line(tmp_path):
