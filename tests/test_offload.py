@@ -82,6 +82,20 @@ def test_tensors_given_new_storage_are_copied_again(tmp_path):
     assert torch.equal(group[0], torch.full((1000,), 7.0)) and torch.equal(group[1], torch.zeros(10, 10))
 
 
+def test_the_folders_an_offload_made_do_not_outlive_its_mapping(tmp_path):
+    """RUN/offload/actor-rank0 holds nothing once the file is mapped and unlinked: not left behind
+    empty; a folder that was there before (a user's offload.dir) stays."""
+    off = Offloader("file", tmp_path / "offload" / "actor-rank0", torch.device("cpu"))
+    t = [torch.ones(100)]
+    off.offload("g", t)
+    assert list(tmp_path.iterdir()) == []
+    off.reload("g")
+    t[0].data = torch.zeros(100)   # new storage: copied into a new file, the folders made again
+    off.offload("g", t)
+    off.reload("g")
+    assert list(tmp_path.iterdir()) == [] and torch.equal(t[0], torch.zeros(100))
+
+
 def test_an_empty_group_and_a_second_offload_are_no_ops(tmp_path):
     off = Offloader("file", tmp_path, torch.device("cpu"))
     assert off.offload("none", []) == 0 and off.reload("none") == 0
