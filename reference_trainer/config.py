@@ -158,7 +158,13 @@ class ProfileConfig:
     roles: list = field(default_factory=list)
     ranks: list = field(default_factory=list)
     steps: list = field(default_factory=list)
+    methods: list = field(default_factory=list)   # registered method names; empty: every method
     dir: str = ""  # default <run_dir>/tb
+
+    @property
+    def on(self) -> bool:
+        """Any selection key set: torch.profiler runs around the calls it selects."""
+        return bool(self.roles or self.ranks or self.steps or self.methods)
 
 
 @dataclass

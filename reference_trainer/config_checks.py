@@ -4,6 +4,7 @@ is one ConfigError line naming the key and what is accepted; reference_trainer.c
 validate() once a config is loaded, before any work starts."""
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
 
@@ -126,12 +127,16 @@ def _check_debug(cfg: Config) -> None:
             raise ConfigError(f"config key {key!r} names rank {bad[0]} but resources.n_ranks={cfg.resources.n_ranks} "
                               f"(ranks 0-{cfg.resources.n_ranks - 1})")
     p = cfg.profile
-    if p.roles or p.ranks or p.steps:
-        try:
-            worker_env(profile={"dir": p.dir or "tb", "roles": p.roles, "ranks": p.ranks, "steps": p.steps,
-                                "run": "check"}, inherit=False)
-        except ValueError as e:
-            raise ConfigError(f"profile: {e}") from None
+    if p.on:
+        for key in ("roles", "ranks", "steps", "methods"):   # one at a time: the error names its key
+            try:
+                worker_env(profile={"dir": "tb", key: getattr(p, key), "run": "check"}, inherit=False)
+            except ValueError as e:
+                raise ConfigError(f"config key 'profile.{key}': " + re.sub(r"^\$?RLDBG_PROFILE: ", "", str(e))) from None
+        known = _known_methods(cfg) if p.methods else None
+        if unknown := [m for m in map(str, p.methods) if known and m not in known]:
+            raise ConfigError(f"config key 'profile.methods' names {unknown[0]!r}, not a registered method of this "
+                              f"run's roles; accepted: {', '.join(known)}")
         where = p.dir or str(Path(cfg.trainer.run_dir) / "tb")
         try:   # made now, not by the first profiled call inside a worker, mid-run
             Path(where).mkdir(parents=True, exist_ok=True)

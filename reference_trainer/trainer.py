@@ -145,9 +145,9 @@ def worker_env(cfg: Config) -> dict:
     """Environment for worker processes: rldbg's switches (validated here, on the driver) travel
     to every rank."""
     profile = None
-    if cfg.profile.roles or cfg.profile.ranks or cfg.profile.steps:
-        profile = {"dir": profile_dir(cfg), "roles": cfg.profile.roles, "ranks": cfg.profile.ranks,
-                   "steps": cfg.profile.steps, "run": Path(cfg.trainer.run_dir).name}
+    if (p := cfg.profile).on:
+        profile = {"dir": profile_dir(cfg), "roles": p.roles, "ranks": p.ranks, "steps": p.steps, "methods": p.methods,
+                   "run": Path(cfg.trainer.run_dir).name}
     return {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
             **rldbg.worker_env(breakpoints=cfg.debug.breakpoints, post_mortem=cfg.debug.post_mortem,
                                listen_roles=cfg.debug.listen_roles, listen_ranks=cfg.debug.listen_ranks,
@@ -190,9 +190,8 @@ def _start_tracing(cfg: Config) -> str | None:
         return None
     path = cfg.trace.path or str(Path(cfg.trainer.run_dir) / "trace.json.gz")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    profiled = cfg.profile.roles or cfg.profile.ranks or cfg.profile.steps
     rldbg.trace.start(path, memory_hz=cfg.trace.memory_hz, flush_interval=cfg.trace.flush_s,
-                      profile_dir=profile_dir(cfg) if profiled else None, window=cfg.trace.window,
+                      profile_dir=profile_dir(cfg) if cfg.profile.on else None, window=cfg.trace.window,
                       steps=cfg.trace.steps, hang_s=cfg.trace.hang_s)
     if cfg.trace.window:
         print(f"flight recorder: the last {cfg.trace.window} steps of every process in memory; written to "

@@ -25,6 +25,10 @@ import pytest
                                            "trace.enabled=false: add trace.enabled=true"),
     ("trainer.total_steps=5 trace.steps=[100]", "config error: config key 'trace.steps'=[100] names no step of "
                                                 "this run: trainer.total_steps=5 runs steps 0-4"),
+    # a profile key's error names the key, not the worker switch it becomes
+    ("profile.ranks=[-1]", "config error: config key 'profile.ranks': bad ranks value '-1': expected integers"),
+    ("profile.methods=[update]", "config error: config key 'profile.methods' names 'update', not a registered method "
+                                 "of this run's roles; accepted: compute_log_prob, "),
     ("trainer.total_steps=5 profile.steps=[50]", "config error: config key 'profile.steps'=[50] names no step of "
                                                  "this run: trainer.total_steps=5 runs steps 0-4"),
 ])
@@ -79,3 +83,12 @@ def test_a_profile_dir_where_no_folder_can_be_made_is_refused_before_any_work(tm
     assert out.returncode == 2 and out.stderr.strip() == (
         "config error: config key 'profile.dir' is '/proc/nope', where no folder can be made "
         "(No such file or directory)"), out.stderr
+
+
+def test_profile_methods_reach_the_workers_switch():
+    from reference_trainer.config import load_config
+    from reference_trainer.trainer import worker_env
+
+    cfg = load_config("demo", overrides=["profile.methods=[update_actor]", "profile.steps=[3]"])
+    spec = worker_env(cfg)["RLDBG_PROFILE"]
+    assert "methods=update_actor" in spec.split(";") and "steps=3" in spec.split(";"), spec
