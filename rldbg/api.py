@@ -62,11 +62,10 @@ class _Span:
 
 
 class _OffSpan(_Span):
-    """Returned while tracing is off. Entering and leaving are C no-ops: a bound builtin method is
-    not a descriptor, so the with-statement calls "".format() with its own arguments only, which
-    returns "" (falsy: exceptions propagate; `as` binds "" while off) without a Python frame. As a
-    decorator it still builds a real span per call, so functions decorated before tracing started
-    are traced later."""
+    """Returned while tracing is off. Entering and leaving are C no-ops: a bound builtin method is not a descriptor, so
+    the with-statement calls "".format() with its own arguments only, which returns "" (falsy: exceptions propagate;
+    `as` binds "" while off) without a Python frame. As a decorator it still builds a real span per call, so functions
+    decorated before tracing started are traced later."""
 
     __slots__ = ()
     __enter__ = __exit__ = "".format

@@ -1,8 +1,7 @@
-"""The `rldbg` command. Each subcommand lives in rldbg/commands/<name>.py and exposes
-add_arguments(parser) and run(args) -> int. Modules are imported only when their subcommand
-runs, so `rldbg --help` and `rldbg top` start fast. A cluster that cannot be found or read
-(DashboardError, RegistryError) or a debug target that names no worker (TargetError) ends any
-command with one line on stderr and status 1."""
+"""The `rldbg` command. Each subcommand lives in rldbg/commands/<name>.py and exposes add_arguments(parser) and
+run(args) -> int. Modules are imported only when their subcommand runs, so `rldbg --help` and `rldbg top` start fast. A
+cluster that cannot be found or read (DashboardError, RegistryError) or a debug target that names no worker
+(TargetError) ends any command with one line on stderr and status 1."""
 from __future__ import annotations
 
 import argparse

@@ -135,9 +135,8 @@ class Dashboard:
         return self._state("workers", detail, filters, limit)
 
     def paused_workers(self) -> list[dict]:
-        """Workers blocked in a debugger breakpoint, waiting for a client. Only
-        num_paused_threads says "paused" (debugger_port stays set afterwards),
-        and both fields appear only with detail=1."""
+        """Workers blocked in a debugger breakpoint, waiting for a client. Only num_paused_threads says "paused"
+        (debugger_port stays set afterwards), and both fields appear only with detail=1."""
         return self.workers(detail=True, filters=[("num_paused_threads", "!=", 0), ("is_alive", "=", True)])
 
     def tasks(self, detail: bool = False, filters=None, limit: int = 10000) -> list[dict]:

@@ -1,8 +1,7 @@
-"""The non-finite sentinel: every registered call's tensor outputs (and the driver's merged
-result) are checked for NaN/Inf, and the first bad value is named where it appeared: role, rank,
-method, step, the output key and how many elements. mode() is "stop" | "warn" | "off"
-(RLDBG_ON_NONFINITE, default stop); CallScope(role, rank, method, step) is what worker_call yields
-(.returned(out) checks, .raised(exc) saves); check_merged() is the driver's check.
+"""The non-finite sentinel: every registered call's tensor outputs (and the driver's merged result) are checked for
+NaN/Inf, and the first bad value is named where it appeared: role, rank, method, step, the output key and how many
+elements. mode() is "stop" | "warn" | "off" (RLDBG_ON_NONFINITE, default stop); CallScope(role, rank, method, step) is
+what worker_call yields (.returned(out) checks, .raised(exc) saves); check_merged() is the driver's check.
 
 Cost: one fused isfinite().all() per floating tensor and one host sync per output. Outputs are
 walked generically (tensors, dicts, lists/tuples, a `.tensors` mapping, a `.batch` mapping as in
@@ -194,9 +193,8 @@ def _alarm(role, rank, method, step, bad, args, kwargs, out) -> None:
     merged = {"merged_from": role} if rank is None else {}
     instant(EVENT, role=role, rank=rank, method=method, step=step, key=key, count=count, numel=numel,
             saved=saved, **merged)
-    # The alarm leaves this process now, not at the next shipping round: the process may be gone by
-    # then (stopped by NonFinite, or its actor killed with its worker group), and a flight recorder
-    # dumps sooner.
+    # The alarm leaves this process now, not at the next shipping round: the process may be gone by then (stopped by
+    # NonFinite, or its actor killed with its worker group), and a flight recorder dumps sooner.
     runtime.flush()
     err = NonFinite(role, rank, method, step, key, count, numel, saved)
     if mode() == "stop":
@@ -207,9 +205,8 @@ def _alarm(role, rank, method, step, bad, args, kwargs, out) -> None:
 
 
 def alarms(instants: list) -> list[dict]:
-    """The non-finite alarms among a read trace's instants (rldbg.trace.report_trace.Trace:
-    {name, ts, args}, ts in ns), oldest first. A controller's check of a merged result names the
-    group it merged, not a rank."""
+    """The non-finite alarms among a read trace's instants (rldbg.trace.report_trace.Trace: {name, ts, args}, ts in ns),
+    oldest first. A controller's check of a merged result names the group it merged, not a rank."""
     out = []
     for e in sorted((e for e in instants if e["name"] == EVENT), key=lambda e: e["ts"]):
         a = e["args"]

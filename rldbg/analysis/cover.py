@@ -1,14 +1,12 @@
-"""Interval arithmetic the time analyses share: the union of some intervals, and how much of a
-window it covers."""
+"""Interval arithmetic the time analyses share: the union of some intervals, and how much of a window it covers."""
 from __future__ import annotations
 
 import bisect
 
 
 class Cover:
-    """The union of some intervals, merged once, answering "how much of [lo, hi) do they
-    cover" in O(log n): a long run has 10^4 steps and 10^5 calls, and clipping every call
-    against every step took minutes."""
+    """The union of some intervals, merged once, answering "how much of [lo, hi) do they cover" in O(log n): a long run
+    has 10^4 steps and 10^5 calls, and clipping every call against every step took minutes."""
 
     def __init__(self, intervals):
         starts, ends = [], []

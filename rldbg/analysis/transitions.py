@@ -1,7 +1,6 @@
-"""Transition truth: for every transition that declares what it frees or loads, what the ledger
-says moved, what the caching allocator did (allocated, reserved), what the device shows (the
-whole GPU's used bytes: a rollout server in another process returns its memory there too) or, on a
-CPU, the RSS — and a verdict a user can act on.
+"""Transition truth: for every transition that declares what it frees or loads, what the ledger says moved, what the
+caching allocator did (allocated, reserved), what the device shows (the whole GPU's used bytes: a rollout server in
+another process returns its memory there too) or, on a CPU, the RSS — and a verdict a user can act on.
 
 Read off the two memory samples at a transition's edges (rldbg.instrument.transition takes them at
 its end and start, or just before its start: rldbg.memory.probes.opening), never off the 10 Hz
@@ -48,8 +47,7 @@ CAUSES = {
              "tensors (a copy, a closure, a cache, an optimizer state kept alive)"),
     "rss_kept": ("not returned to the OS: RSS did not drop, so the memory is still referenced, or kept "
                  "in the C heap (glibc returns freed heap pages only when trimmed: malloc_trim)"),
-    "more": "loaded more than declared",
-    "as_declared": "loaded as declared",
+    "more": "loaded more than declared", "as_declared": "loaded as declared",
 }
 
 
@@ -184,10 +182,9 @@ def table(by_key: dict) -> list[dict]:
 
 
 def not_returned(by_key: dict, warmup: int = WARMUP_CYCLES, min_cycles: int = MIN_CYCLES) -> list[dict]:
-    """The detector: a (rank, transition) whose every cycle after the first `warmup` is cached or
-    held, over at least `min_cycles` cycles (a healthy offload returns its bytes every time, and a
-    one-off miss is not a pattern). One dict per finding: bytes expected and returned (medians),
-    the cycles judged, the verdict and its cause."""
+    """The detector: a (rank, transition) whose every cycle after the first `warmup` is cached or held, over at least
+    `min_cycles` cycles (a healthy offload returns its bytes every time, and a one-off miss is not a pattern). One dict
+    per finding: bytes expected and returned (medians), the cycles judged, the verdict and its cause."""
     found = []
     for (role, rank, name), cs in sorted(_columns(by_key).items()):
         verdicts = cs["verdict"]

@@ -1,9 +1,8 @@
 """rldbg report TRACE: a run's store, its Perfetto file (the store read from beside it), or a
 Chrome JSON trace from elsewhere (imported into a store first).
 
-A truncated or damaged trace is still analysed, but the first line says so and the exit status
-is 3, so a script never takes a partial report for a whole one; losses the trace itself records
-are stated on the next line.
+A truncated or damaged trace is still analysed, but the first line says so and the exit status is 3, so a script never
+takes a partial report for a whole one; losses the trace itself records are stated on the next line.
 """
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ def run(args) -> int:
     made = []
     if args.html:
         why, made = (f"it is a folder; name the page, e.g. {os.path.join(args.html, 'report.html')}", []) \
-            if os.path.isdir(args.html) else \
-            make_folder(os.path.dirname(os.path.abspath(args.html)))
+            if os.path.isdir(args.html) else make_folder(os.path.dirname(os.path.abspath(args.html)))
         if why:
             return fail(f"rldbg report: cannot write {args.html}: {why}", 2)
     try:

@@ -1,6 +1,5 @@
-"""`rldbg tb [--logdir DIR] [--port P]`: TensorBoard on 127.0.0.1 over torch.profiler output and
-the trainer's metrics (the profiler plugin has no authentication, so it is never bound to a public
-interface)."""
+"""`rldbg tb [--logdir DIR] [--port P]`: TensorBoard on 127.0.0.1 over torch.profiler output and the trainer's metrics
+(the profiler plugin has no authentication, so it is never bound to a public interface)."""
 from __future__ import annotations
 
 import contextlib

@@ -1,8 +1,7 @@
-"""`rldbg top`: the live TUI. It finds the run's hub through the run's Ray dashboard
-(discovery.resolve_dashboard), before or after the run starts; with several runs in view it asks
-which one (or needs --job RUN off a terminal): it never picks one silently. --once prints the roles
-table and the gate once (scripts, CI logs), waiting up to --wait seconds for slow answers and
-saying what it waited for.
+"""`rldbg top`: the live TUI. It finds the run's hub through the run's Ray dashboard (discovery.resolve_dashboard),
+before or after the run starts; with several runs in view it asks which one (or needs --job RUN off a terminal): it
+never picks one silently. --once prints the roles table and the gate once (scripts, CI logs), waiting up to --wait
+seconds for slow answers and saying what it waited for.
 """
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Live control of a run: start() (after ray.init()) the hub actor behind `rldbg top` and the
-driver's step gate, which the seam calls at every worker-group call; stop(); release(why) from a
-signal handler lets a parked gate go.
+"""Live control of a run: start() (after ray.init()) the hub actor behind `rldbg top` and the driver's step gate, which
+the seam calls at every worker-group call; stop(); release(why) from a signal handler lets a parked gate go.
 
 Security: the API listens on 127.0.0.1 by default and requires the per-run bearer token (random,
 in the 0600 hub file, see discovery.py). Pass host="0.0.0.0" only on a trusted network: anyone
@@ -41,12 +40,11 @@ def start(port: int = 0, token: str | None = None, gate_timeout_s: float = 30.0,
     ctx = ray.get_runtime_context()
     job = ctx.get_job_id()
     token = token or secrets.token_urlsafe(24)
-    # num_cpus=0: the hub never holds (or waits for) a CPU the job asked for. max_restarts=0: when it
-    # dies the gate releases the run. enable_task_events=False: the gate's 4 syncs a second, for the
-    # whole run, would each cost the caller and the GCS, fill the dashboard's task list with rldbg's
-    # traffic and crowd the user's tasks out of the GCS's bounded task store, where
-    # `rldbg breakpoints` looks up a paused worker's task. Pinned to the driver's node: 127.0.0.1
-    # there is this machine, and export reads the spill.
+    # num_cpus=0: the hub never holds (or waits for) a CPU the job asked for. max_restarts=0: when it dies the gate
+    # releases the run. enable_task_events=False: the gate's 4 syncs a second, for the whole run, would each cost the
+    # caller and the GCS, fill the dashboard's task list with rldbg's traffic and crowd the user's tasks out of the
+    # GCS's bounded task store, where `rldbg breakpoints` looks up a paused worker's task. Pinned to the driver's node:
+    # 127.0.0.1 there is this machine, and export reads the spill.
     cls = ray.remote(num_cpus=0, max_restarts=0, enable_task_events=False, max_concurrency=16)(ControlHub)
     try:
         hub = cls.options(name=hub_name(job), namespace=NAMESPACE, lifetime=None,

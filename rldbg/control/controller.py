@@ -40,9 +40,8 @@ def is_driver() -> bool | None:
 
 
 def join() -> "itertools.count | None":
-    """In a controller that is not the driver: install a gate on the job's hub if it has one.
-    Returns, the first time it finds it runs outside the driver, the call ids this controller
-    numbers its calls with from now on (else None)."""
+    """In a controller that is not the driver: install a gate on the job's hub if it has one. Returns, the first time it
+    finds it runs outside the driver, the call ids this controller numbers its calls with from now on (else None)."""
     _next[0] = time.monotonic() + RECHECK_S
     first = not _role
     driver = is_driver()

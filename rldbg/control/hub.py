@@ -179,8 +179,7 @@ class ControlHub:
             waiting = self.pending is not None
             return {"armed": self.armed, "mode": self.mode, "target": self.target, "waiting": waiting,
                     "pending": self.pending if waiting else self.last_point,
-                    "last_result": self.last_result, "timeout_s": self.timeout_s,
-                    "disarm_reason": self.disarm_reason,
+                    "last_result": self.last_result, "timeout_s": self.timeout_s, "disarm_reason": self.disarm_reason,
                     "heartbeat_age_s": (time.time() - self.last_beat) if self.last_beat else None}
 
     def breakpoints(self, add: str | None = None, remove: str | None = None) -> list[str]:

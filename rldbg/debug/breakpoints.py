@@ -106,8 +106,7 @@ def _pause(frame, reason: str, spec: Spec | None = None, exc_info=None) -> None:
     try:
         debugpy_port.wait_for_client(
             f"rldbg: {reason} in {who} at {where}; waiting for a debugger on {host}:{port} "
-            f"(rldbg attach {host}:{port}, or VS Code's Ray Distributed Debugger)"
-        )
+            f"(rldbg attach {host}:{port}, or VS Code's Ray Distributed Debugger)")
     finally:
         release_stop(entry)
     if exc_info is not None:
@@ -191,10 +190,9 @@ def check_method_entry(role: str, rank: int, method: str, step: int | None = Non
 
 # --- post-mortem --------------------------------------------------------------
 def post_mortem(exc: BaseException) -> bool:
-    """Pause on `exc` (inside its except block) for a debugger; the client sees the
-    raising frame. True if it paused. With RAY_DEBUG_POST_MORTEM=1 Ray pauses once
-    the exception leaves the task, so rldbg leaves it to Ray (no double pause);
-    RLDBG_POST_MORTEM=1 pauses here, recording role, rank and method."""
+    """Pause on `exc` (inside its except block) for a debugger; the client sees the raising frame. True if it paused.
+    With RAY_DEBUG_POST_MORTEM=1 Ray pauses once the exception leaves the task, so rldbg leaves it to Ray (no double
+    pause); RLDBG_POST_MORTEM=1 pauses here, recording role, rank and method."""
     if (os.environ.get(POST_MORTEM_ENV) != "1" or os.environ.get(RAY_POST_MORTEM) == "1"
             or debugpy_port.ray_worker() is None):
         return False

@@ -42,17 +42,15 @@ class DAPClient:
         return self
 
     def attach(self, exception_filters=("uncaught",), breakpoints: dict | None = None) -> dict:
-        """Connect (if needed) and run the attach handshake. `breakpoints` maps a
-        source path to a list of lines (or {line, condition} dicts). Returns the
-        initialize capabilities."""
+        """Connect (if needed) and run the attach handshake. `breakpoints` maps a source path to a list of lines (or
+        {line, condition} dicts). Returns the initialize capabilities."""
         if self._sock is None:
             self.connect()
         caps = self.request("initialize", {"clientID": "rldbg", "adapterID": "debugpy", "pathFormat": "path",
                                            "linesStartAt1": True, "columnsStartAt1": True,
                                            "supportsRunInTerminalRequest": False})
-        # justMyCode must be off: with it on, a stop inside library-looking code (site-packages, Ray
-        # workers) is never reported. Stepping skips Ray's own modules (actor methods called via
-        # self go through Ray's tracing wrapper).
+        # justMyCode must be off: with it on, a stop inside library-looking code (site-packages, Ray workers) is never
+        # reported. Stepping skips Ray's own modules (actor methods called via self go through Ray's tracing wrapper).
         attach_seq = self.send_request("attach", {"justMyCode": False, "subProcess": False,
                                                   "rules": [{"module": "ray", "include": False}]})
         self.wait_event("initialized", self.timeout, context="after attach")

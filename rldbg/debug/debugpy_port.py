@@ -1,15 +1,12 @@
-"""This process's one debugpy port, opened on demand (debug mode's listen.py opens it here too),
-and the ways rldbg stops a client on it: block until a client attaches, stop in a frame we
-choose, report an exception.
+"""This process's one debugpy port, opened on demand (debug mode's listen.py opens it here too), and the ways rldbg
+stops a client on it: block until a client attaches, stop in a frame we choose, report an exception.
 
-Not ray.util.debugpy.set_trace: it stops in whoever called it, which from rldbg is rldbg. Ray's
-pieces are reused (port lock, GCS port registration, `worker_paused_by_debugger`, which bumps
-num_paused_threads so the dashboard and VS Code's Ray Distributed Debugger list the pause) and
-pydevd is handed the user's frame.
+Not ray.util.debugpy.set_trace: it stops in whoever called it, which from rldbg is rldbg. Ray's pieces are reused (port
+lock, GCS port registration, `worker_paused_by_debugger`, which bumps num_paused_threads so the dashboard and VS Code's
+Ray Distributed Debugger list the pause) and pydevd is handed the user's frame.
 
-Security: debugpy has NO authentication; whoever reaches the port can run any code in the
-worker. Ray listens on the node IP; rldbg on 127.0.0.1 unless the node IP is loopback already
-or RLDBG_DEBUG_ALLOW_REMOTE=1.
+Security: debugpy has NO authentication; whoever reaches the port can run any code in the worker. Ray listens on the
+node IP; rldbg on 127.0.0.1 unless the node IP is loopback already or RLDBG_DEBUG_ALLOW_REMOTE=1.
 """
 from __future__ import annotations
 

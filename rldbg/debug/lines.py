@@ -56,9 +56,8 @@ class _FileLines:
 
 
 def resolve(path: str, line: int, shown: str | None = None) -> Resolved:
-    """The line to break at instead of `line` in `path` (`shown`: how to name the file in
-    messages, default `path`). A file that cannot be read or compiled here is left to the
-    debugger: Resolved(line)."""
+    """The line to break at instead of `line` in `path` (`shown`: how to name the file in messages, default `path`). A
+    file that cannot be read or compiled here is left to the debugger: Resolved(line)."""
     if (info := _read(path)) is None:
         return Resolved(line)
     where = shown or path

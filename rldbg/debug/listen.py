@@ -92,10 +92,9 @@ def _listen(roles: list[str], rank: int, world: int) -> dict:
 
 
 # --- full speed until a client sets breakpoints -----------------------------------------------
-# debugpy.listen switches pydevd's tracer on in this thread at once; with no breakpoint it
-# still runs on every Python call (measured: ~1.6x step time on the demo). Switch it off and
-# back on, in every thread, when a client first adds a breakpoint (pydevd then also
-# re-traces the frames already running, so a line in the current call is hit too).
+# debugpy.listen switches pydevd's tracer on in this thread at once; with no breakpoint it still runs on every Python
+# call (measured: ~1.6x step time on the demo). Switch it off and back on, in every thread, when a client first adds a
+# breakpoint (pydevd then also re-traces the frames already running, so a line in the current call is hit too).
 _tracing = {"deferred": False}
 
 
@@ -120,10 +119,9 @@ def trace_when_needed() -> bool:
 
 
 # --- reporting debugger stops --------------------------------------------------------------
-# A DAP breakpoint stops inside pydevd, not through rldbg.breakpoint(), so nothing in rldbg
-# would notice. pydevd parks every suspended thread in PyDB.do_wait_suspend(thread, frame,
-# ...) until it is resumed; wrapping that one method tells us where and for how long a
-# thread is stopped, with no tracing of our own. Ray's num_paused_threads is what the
+# A DAP breakpoint stops inside pydevd, not through rldbg.breakpoint(), so nothing in rldbg would notice. pydevd parks
+# every suspended thread in PyDB.do_wait_suspend(thread, frame, ...) until it is resumed; wrapping that one method tells
+# us where and for how long a thread is stopped, with no tracing of our own. Ray's num_paused_threads is what the
 # dashboard, `rldbg breakpoints` and the Ray Distributed Debugger read as "paused".
 
 _BREAK_REASONS = {111: "breakpoint", 122: "exception", 137: "exception"}  # pydevd CMD_* ids

@@ -175,9 +175,8 @@ def matches(spec: Spec, role: str, rank: int, step: int | None, method: str | No
 
 
 class SpecSet:
-    """A live, thread-safe set of specs. The control hub adds/removes; the seam asks
-    match() at every worker call. `version` bumps on each change so a pusher can
-    tell whether workers hold the latest."""
+    """A live, thread-safe set of specs. The control hub adds/removes; the seam asks match() at every worker call.
+    `version` bumps on each change so a pusher can tell whether workers hold the latest."""
 
     def __init__(self, specs=()):
         self._lock = threading.Lock()

@@ -72,10 +72,9 @@ class Session:
             self.active = False
 
     def add_breakpoint(self, path: str, line: int, condition: str | None = None, source: str | None = None) -> dict:
-        """Add one breakpoint (DAP replaces a file's set, so the whole set is resent);
-        returns debugpy's answer for it ({verified, line, ...}). A line that cannot stop
-        (a `def`, decorator, docstring, blank or comment line) moves to the line meant, read
-        from `source` (the local copy of `path`, default `path` itself), and says so;
+        """Add one breakpoint (DAP replaces a file's set, so the whole set is resent); returns debugpy's answer for it
+        ({verified, line, ...}). A line that cannot stop (a `def`, decorator, docstring, blank or comment line) moves to
+        the line meant, read from `source` (the local copy of `path`, default `path` itself), and says so;
         BreakLineError (a ValueError) for a line outside any function that runs nothing."""
         moved = resolve_line(source or path, line, shown=source or path)
         if moved.note:

@@ -1,6 +1,5 @@
-"""The driver's view of a pause: when a worker-group call has waited a while, look up paused
-workers on the dashboard and say which role/rank is at a breakpoint and how to attach, so
-a pause reads as a pause, not a hang."""
+"""The driver's view of a pause: when a worker-group call has waited a while, look up paused workers on the dashboard
+and say which role/rank is at a breakpoint and how to attach, so a pause reads as a pause, not a hang."""
 from __future__ import annotations
 
 import contextlib

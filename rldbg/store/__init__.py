@@ -23,9 +23,8 @@ class TraceFileError(ValueError):
 
 @contextlib.contextmanager
 def no_gc():
-    """The cyclic GC off while a trace's millions of containers are built (a store written, read
-    or exported): they form no cycles, and every GC pass would walk all those built so far, a
-    third of the time at 1M events."""
+    """The cyclic GC off while a trace's millions of containers are built (a store written, read or exported): they form
+    no cycles, and every GC pass would walk all those built so far, a third of the time at 1M events."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -6,11 +6,10 @@ touches: a cut or corrupt gzip stream keeps what inflated before it, a cut array
 events (as Perfetto does), a garbled region is skipped to the next event line, invalid UTF-8 is
 replaced, and an event mangling ph, ts or dur is skipped and counted; one note per kind of damage.
 
-The events go back into rldbg's columns by its export layout (rldbg.trace.chrome_text): role =
-process_name unless the args name one, rank = args' "rank" or tid - 1, "rank N memory" / "rank N
-ledger" / "rank N gpuK memory" counters are the samples, the "rldbg trace start" args the store's
-start. Only what the report reads is imported; a slice or sample of a type rldbg never writes is
-left out and counted in the store's notes, as the report would count it.
+The events go back into rldbg's columns by its export layout (rldbg.trace.chrome_text): role = process_name unless the
+args name one, rank = args' "rank" or tid - 1, "rank N memory" / "rank N ledger" / "rank N gpuK memory" counters are the
+samples, the "rldbg trace start" args the store's start. Only what the report reads is imported; a slice or sample of a
+type rldbg never writes is left out and counted in the store's notes, as the report would count it.
 """
 from __future__ import annotations
 

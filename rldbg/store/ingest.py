@@ -1,14 +1,12 @@
 """A run's spill (rldbg.trace.spill) into its store (rldbg.store.schema), once, when the trace
 stops: off the recording path, which only ever appends msgpack to the spill.
 
-What the export needs besides the events (rldbg.store.tracks.Tracks: tracks in first-seen order,
-each process's best clock estimate, drops, the trace's origin, the controllers) is learnt on the
-same read and kept in the store's processes and tracks tables, so that the export and the report
-never read the spill again. A controller beside the first (an evaluation actor beside VeRL's
-TaskRunner) has its driver-role events on its own track: their rank is that track in the store,
-as in the export and in an export imported back, so that each controller's calls, steps and idle
-time are told apart by every reader alike. The spill's damage tolerance is the spill reader's: `damage` receives what it
-skipped.
+What the export needs besides the events (rldbg.store.tracks.Tracks: tracks in first-seen order, each process's best
+clock estimate, drops, the trace's origin, the controllers) is learnt on the same read and kept in the store's processes
+and tracks tables, so that the export and the report never read the spill again. A controller beside the first (an
+evaluation actor beside VeRL's TaskRunner) has its driver-role events on its own track: their rank is that track in the
+store, as in the export and in an export imported back, so that each controller's calls, steps and idle time are told
+apart by every reader alike. The spill's damage tolerance is the spill reader's: `damage` receives what it skipped.
 """
 from __future__ import annotations
 
@@ -68,9 +66,8 @@ class EventWriter:
         self.report, self.reported, self.report_written, self.odd = [], {}, 0, {}   # reported: kind id -> its fields
 
     def add(self, proc: int, evs, args_are_text: bool = False) -> None:
-        """A process's events (11-field tuples, rldbg.trace.events); their args as JSON text
-        already with args_are_text (rldbg.store.chrome_import, which checks its slices itself),
-        else as the producer gave them."""
+        """A process's events (11-field tuples, rldbg.trace.events); their args as JSON text already with args_are_text
+        (rldbg.store.chrome_import, which checks its slices itself), else as the producer gave them."""
         if not evs:
             return
         ids = self.ids.setdefault(proc, {})
@@ -139,10 +136,9 @@ class EventWriter:
 
 def from_spill(spill_dir: str, db_path: str, damage: list | None = None,
                exported_to: str | None = None) -> sqlite3.Connection:
-    """The store of the spill at `spill_dir`, written to `db_path` (":memory:" for one kept in this
-    process); returns it open. `exported_to`: the name of the Perfetto file exported from it
-    beside it (`rldbg report` on that file reads this store). FileNotFoundError / SpillError
-    (one line) for what is not a spill."""
+    """The store of the spill at `spill_dir`, written to `db_path` (":memory:" for one kept in this process); returns it
+    open. `exported_to`: the name of the Perfetto file exported from it beside it (`rldbg report` on that file reads
+    this store). FileNotFoundError / SpillError (one line) for what is not a spill."""
     meta = read_meta(spill_dir)
     conn = schema.create(db_path)
     idx = Tracks(meta)
@@ -164,10 +160,9 @@ def from_spill(spill_dir: str, db_path: str, damage: list | None = None,
 
 
 def _controller_tracks(conn, idx: Tracks, procs: dict) -> None:
-    """Each controller beside the first: its driver-role events on its track (rank = track). Set
-    once the spill is read, not as it goes in: a process is known to be a controller from its first
-    driver call or step, and its driver-role events before that move too. A run with one
-    controller (nearly every run) changes nothing here."""
+    """Each controller beside the first: its driver-role events on its track (rank = track). Set once the spill is read,
+    not as it goes in: a process is known to be a controller from its first driver call or step, and its driver-role
+    events before that move too. A run with one controller (nearly every run) changes nothing here."""
     for key, track in idx.controllers.items():
         if track:
             conn.execute("UPDATE kinds SET rank = ? WHERE proc = ? AND role = 'driver'", (track, procs[key]))

@@ -1,8 +1,7 @@
-"""What the report asks of a store (rldbg.store.schema): the Trace its analyses read
-(rldbg.trace.report_trace): the slices and instants they need from the report's rows (copied
-from the events and checked as the store is written: rldbg.store.ingest), the counter series as
-the store keeps them (rldbg.store.series); the rest of a run's events (user spans, marks, a driver
-call's parts) is never read.
+"""What the report asks of a store (rldbg.store.schema): the Trace its analyses read (rldbg.trace.report_trace): the
+slices and instants they need from the report's rows (copied from the events and checked as the store is written:
+rldbg.store.ingest), the counter series as the store keeps them (rldbg.store.series); the rest of a run's events (user
+spans, marks, a driver call's parts) is never read.
 """
 from __future__ import annotations
 

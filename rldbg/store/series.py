@@ -1,13 +1,11 @@
-"""The store's counter series (its `series` table, rldbg.store.schema): each rank's memory and
-ledger series and each GPU's, as (times, values) columns in time order, taken apart from the
-counter samples once, when the store is written, so that every report reads thirteen rows where it
-would sort a million samples.
+"""The store's counter series (its `series` table, rldbg.store.schema): each rank's memory and ledger series and each
+GPU's, as (times, values) columns in time order, taken apart from the counter samples once, when the store is written,
+so that every report reads thirteen rows where it would sort a million samples.
 
-A row is one series: `target` ('memory', 'ledger' or 'gpu'), (a, b) the (role, rank) or the
-(node id, "gpu0") it belongs to, its name, and its times and values as JSON arrays (`exact`: written
-by the stdlib, which keeps an int beyond 64 bits that orjson would read back as a float). A GPU
-that sent only samples that are not numbers has a row with no name, as it has a (empty) place in
-the report. The samples that are not numbers are counted in the run's "odd_samples".
+A row is one series: `target` ('memory', 'ledger' or 'gpu'), (a, b) the (role, rank) or the (node id, "gpu0") it belongs
+to, its name, and its times and values as JSON arrays (`exact`: written by the stdlib, which keeps an int beyond 64 bits
+that orjson would read back as a float). A GPU that sent only samples that are not numbers has a row with no name, as it
+has a (empty) place in the report. The samples that are not numbers are counted in the run's "odd_samples".
 """
 from __future__ import annotations
 

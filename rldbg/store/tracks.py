@@ -38,10 +38,9 @@ class Tracks:
         self.offsets: dict[str, int] = {}         # "host:pid" -> ns to add to its timestamps
         self.n = 0
         self.slots: dict[tuple, int] = {}         # (role, rank) -> its place in bind ids (finish())
-        # "host:pid" -> its controller track, for each process that made driver calls or marked
-        # steps (the driver, VeRL's TaskRunner, an evaluation actor), in the order first seen:
-        # track 0 is "driver", the others "controller pid N" (the store keeps their driver-role
-        # events on that track: rldbg.store.ingest).
+        # "host:pid" -> its controller track, for each process that made driver calls or marked steps (the driver,
+        # VeRL's TaskRunner, an evaluation actor), in the order first seen: track 0 is "driver", the others
+        # "controller pid N" (the store keeps their driver-role events on that track: rldbg.store.ingest).
         self.controllers: dict[str, int] = {}
 
     def see(self, meta: dict, evs) -> None:
@@ -149,5 +148,4 @@ class Tracks:
         us = [p["clock_uncertainty_ns"] for p in self.procs.values() if p["clock_uncertainty_ns"] is not None]
         return {"reference": "the collector's wall clock", "max_uncertainty_ns": max(us) if us else None,
                 "processes": {k: {"node_id": p["node_id"], "offset_ns": p["clock_offset_ns"],
-                                  "uncertainty_ns": p["clock_uncertainty_ns"]}
-                              for k, p in sorted(self.procs.items())}}
+                                  "uncertainty_ns": p["clock_uncertainty_ns"]} for k, p in sorted(self.procs.items())}}

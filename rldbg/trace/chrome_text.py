@@ -126,9 +126,8 @@ class Formatter:
                 for kind, (proc, ph, _, name, role, rank, _) in self.kinds.items() if ph == "C"]
 
     def lines(self, rows) -> list:
-        """The JSON text of each of the store's event rows (kind, ts, dur, step, flow, args text)
-        but counters, in order: its lines each followed by ",\n" (a driver call's several, an
-        unknown phase's none)."""
+        """The JSON text of each of the store's event rows (kind, ts, dur, step, flow, args text) but counters, in
+        order: its lines each followed by ",\n" (a driver call's several, an unknown phase's none)."""
         looks, look_of, step_json, r3 = self.looks, self._look, self._name_json, _R3
         slice_keys, instant_keys = _SLICE_KEYS.search, _INSTANT_KEYS.search
         nslots = len(self.idx.slots)
@@ -175,10 +174,9 @@ class Formatter:
         return out
 
     def _driver_call(self, ts: int, dur: int, track, stp, method, flow, args: dict, off: int) -> str:
-        """One driver call (ts on the collector's clock, `off` added to its process's times) as the
-        JSON texts of its slices, each followed by ",\n" (call, dispatch > send → rank i, wait > recv
-        ← rank i, flow ids joining each send and recv to that rank's slice): from text pieces, the
-        bytes json.dumps writes for each slice's dict."""
+        """One driver call (ts on the collector's clock, `off` added to its process's times) as the JSON texts of its
+        slices, each followed by ",\n" (call, dispatch > send → rank i, wait > recv ← rank i, flow ids joining each send
+        and recv to that rank's slice): from text pieces, the bytes json.dumps writes for each slice's dict."""
         idx, r3, name, get, slots = self.idx, _R3, self._name_json, args.get, self.idx.slots
         # A controller beside the first (rldbg.store.tracks.Tracks.controllers) has a track of its
         # own in the driver's process (the store's rank), and says which on the call's slice.

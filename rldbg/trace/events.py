@@ -69,8 +69,7 @@ def ledger_event(ts_ns: int, role: str, rank: int, step, method, category: str, 
     return (COUNTER, LEDGER, LEDGER, ts_ns, 0, role, rank, step, method, None, {category: nbytes})
 
 
-def transition_event(name: str, ts_ns: int, dur_ns: int, role: str, rank: int, step, method,
-                     args: dict) -> tuple:
+def transition_event(name: str, ts_ns: int, dur_ns: int, role: str, rank: int, step, method, args: dict) -> tuple:
     """A hybrid-engine transition span; args carry FREES/LOADS and mem_before/mem_after."""
     return (SLICE, "transition", name, ts_ns, dur_ns, role, rank, step, method, None, args)
 

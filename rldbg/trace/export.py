@@ -8,10 +8,9 @@ a chunk at a time: counters' text written by SQLite, the others' by rldbg.trace.
 Controllers: each process that makes driver calls or marks steps has a track of its own on the
 driver's process, in the order first seen: "driver", then "controller pid N".
 
-Nodes and clocks: each rank's thread_name metadata names the process behind it (pid, host, node,
-clock offset and uncertainty). A process's timestamps are shifted by its best clock offset
-estimate (rldbg.trace.clock), so all times are the collector's clock; the "rldbg trace start"
-instant's args hold the per-process estimates.
+Nodes and clocks: each rank's thread_name metadata names the process behind it (pid, host, node, clock offset and
+uncertainty). A process's timestamps are shifted by its best clock offset estimate (rldbg.trace.clock), so all times are
+the collector's clock; the "rldbg trace start" instant's args hold the per-process estimates.
 """
 from __future__ import annotations
 
@@ -41,10 +40,9 @@ _CHUNK = 1 << 14   # events a chunk: written at once
 
 def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool = True,
                  damage: list | None = None) -> dict:
-    """The spill's store written beside `out_path` (rldbg.store.store_path_for), then the trace
-    exported from it (export_store); returns {"events": n_in, "written": n_out, "path": out_path,
-    "store": its path}. `damage`, when given, receives the spill's damaged regions
-    (rldbg.trace.spill.iter_records)."""
+    """The spill's store written beside `out_path` (rldbg.store.store_path_for), then the trace exported from it
+    (export_store); returns {"events": n_in, "written": n_out, "path": out_path, "store": its path}. `damage`, when
+    given, receives the spill's damaged regions (rldbg.trace.spill.iter_records)."""
     from rldbg.store import store_path_for
     from rldbg.store.ingest import from_spill
     from rldbg.trace.spill import read_meta
@@ -59,14 +57,12 @@ def export_spill(spill_dir: str, out_path: str, extra=None, align_clocks: bool =
 
 
 def export_store(conn, out_path: str, extra=None, align_clocks: bool = True) -> dict:
-    """Write the Perfetto trace of the store open on `conn`; returns {"events", "written", "path"}.
-    align_clocks=False writes each process's own timestamps (to see what the correction did).
-    `extra(put, locate, origin_ns)` may add events of its own before the trailer: put(event dict)
-    writes one, locate(role, rank) -> (pid, tid, clock offset ns to add to that rank's own
-    timestamps) or None places it on a rank's track. The exporter knows nothing of who adds them
-    (rldbg.trace.session passes the torch.profiler merge). The file: track metadata and the
-    trace-start record first, then the events, what `extra` adds and the drop records, last the
-    trailer."""
+    """Write the Perfetto trace of the store open on `conn`; returns {"events", "written", "path"}. align_clocks=False
+    writes each process's own timestamps (to see what the correction did). `extra(put, locate, origin_ns)` may add
+    events of its own before the trailer: put(event dict) writes one, locate(role, rank) -> (pid, tid, clock offset ns
+    to add to that rank's own timestamps) or None places it on a rank's track. The exporter knows nothing of who adds
+    them (rldbg.trace.session passes the torch.profiler merge). The file: track metadata and the trace-start record
+    first, then the events, what `extra` adds and the drop records, last the trailer."""
     _prepare_out(out_path)
     written = 0
     with no_gc():

@@ -62,8 +62,7 @@ def _method_rank_means(t: Trace) -> dict:
     for c in t.calls:
         if c["flow"] is not None:
             acc[(c["role"], c["method"])][c["rank"]].append(c["dur"] / 1e9)
-    return {k: {r: sum(v) / len(v) for r, v in sorted(ranks.items())}
-            for k, ranks in sorted(acc.items(), key=by_call)}
+    return {k: {r: sum(v) / len(v) for r, v in sorted(ranks.items())} for k, ranks in sorted(acc.items(), key=by_call)}
 
 
 def _origin(t: Trace) -> int:

@@ -98,10 +98,9 @@ class TraceServer(http.server.ThreadingHTTPServer):
             super().__init__(("127.0.0.1", port), _Handler)
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
-                raise OpenError(
-                    f"port {port} on 127.0.0.1 is in use (a trace_processor --httpd or another "
-                    f"`rldbg open`?); stop it, or pass --port with a self-hosted UI (--origin): "
-                    f"ui.perfetto.dev can only fetch from 127.0.0.1:{DEFAULT_PORT}") from None
+                raise OpenError(f"port {port} on 127.0.0.1 is in use (a trace_processor --httpd or another "
+                                f"`rldbg open`?); stop it, or pass --port with a self-hosted UI (--origin): "
+                                f"ui.perfetto.dev can only fetch from 127.0.0.1:{DEFAULT_PORT}") from None
             raise
 
     @property

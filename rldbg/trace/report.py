@@ -1,8 +1,7 @@
-"""`rldbg report`: reads a trace's store (rldbg.store: a run's own, or a trace from elsewhere
-imported into one) into the analyses' input (rldbg.trace.report_trace.Trace), runs the analyses
-over it (one module each in rldbg.analysis: time, stragglers, memory, transitions, gpus,
-recorded) and renders their results as text; --json prints the same dict, --html draws it
-(rldbg.trace.html_report).
+"""`rldbg report`: reads a trace's store (rldbg.store: a run's own, or a trace from elsewhere imported into one) into
+the analyses' input (rldbg.trace.report_trace.Trace), runs the analyses over it (one module each in rldbg.analysis:
+time, stragglers, memory, transitions, gpus, recorded) and renders their results as text; --json prints the same dict,
+--html draws it (rldbg.trace.html_report).
 """
 from __future__ import annotations
 
@@ -65,8 +64,7 @@ def clock(start: dict) -> dict | None:
         return None
     # An uncertainty that is not a finite number (an edited trace) is no figure to print.
     u = c.get("max_uncertainty_ns")
-    return {"aligned": c.get("aligned", True) is not False,
-            "max_uncertainty_ns": u if finite_number(u) else None,
+    return {"aligned": c.get("aligned", True) is not False, "max_uncertainty_ns": u if finite_number(u) else None,
             "processes": c.get("processes") if isinstance(c.get("processes"), dict) else {}}
 
 

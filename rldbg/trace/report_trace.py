@@ -5,11 +5,10 @@ memory and ledger series and each GPU's as (times, values) columns, the tracks' 
 instants an analysis looks at as records {name, ts, role, rank, args}, and what the trace says
 about itself (its start record's args, its drop total). Times are ns on the trace's clock, from its origin.
 
-The rule for what the analyses may take for granted in a slice record (the types rldbg writes),
-and for a counter sample (a finite number), is written here once and applied as a store is
-written (rldbg.store.ingest, rldbg.store.chrome_import, rldbg.store.series): records that break it
-are left out and counted in the report's damage notes rather than failing a sort or a sum deep
-inside an analysis.
+The rule for what the analyses may take for granted in a slice record (the types rldbg writes), and for a counter sample
+(a finite number), is written here once and applied as a store is written (rldbg.store.ingest,
+rldbg.store.chrome_import, rldbg.store.series): records that break it are left out and counted in the report's damage
+notes rather than failing a sort or a sum deep inside an analysis.
 """
 from __future__ import annotations
 

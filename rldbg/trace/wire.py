@@ -1,10 +1,9 @@
 """How a process talks to the collector over TCP: the framing, and the client end (Connection).
 
-A message is HEADER then the head, msgpack (a request [op, *args], a reply [ok, value]), then the
-body, raw bytes: a batch's events, packed by the sender exactly as the spill stores them, so the
-collector appends them without unpacking. Nothing received is ever unpickled or run: msgpack
-only, sizes bounded. A connection opens with ["hello", token]; the collector answers [True, the
-session's config] or [False, why] and hangs up. Requests and replies then alternate.
+A message is HEADER then the head, msgpack (a request [op, *args], a reply [ok, value]), then the body, raw bytes: a
+batch's events, packed by the sender exactly as the spill stores them, so the collector appends them without unpacking.
+Nothing received is ever unpickled or run: msgpack only, sizes bounded. A connection opens with ["hello", token]; the
+collector answers [True, the session's config] or [False, why] and hangs up. Requests and replies then alternate.
 """
 from __future__ import annotations
 
@@ -71,9 +70,8 @@ def receive(sock: socket.socket, first: bool = False):
 
 
 class Connection:
-    """One client connection to the collector: calls are [op, *args] -> value, one at a time
-    (a lock keeps two threads' messages apart). Every failure is a WireError; the caller decides
-    what a broken connection means."""
+    """One client connection to the collector: calls are [op, *args] -> value, one at a time (a lock keeps two threads'
+    messages apart). Every failure is a WireError; the caller decides what a broken connection means."""
 
     def __init__(self, address: str, token: str, timeout: float = CALL_TIMEOUT_S):
         host, _, port = address.rpartition(":")

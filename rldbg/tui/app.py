@@ -1,6 +1,5 @@
-"""`rldbg top`: the Textual app. Two worker threads do all I/O (poll + heartbeat); user actions
-run in short-lived worker threads too. The UI thread only renders the latest View into the
-visible tab (hidden tabs render when shown)."""
+"""`rldbg top`: the Textual app. Two worker threads do all I/O (poll + heartbeat); user actions run in short-lived
+worker threads too. The UI thread only renders the latest View into the visible tab (hidden tabs render when shown)."""
 from __future__ import annotations
 
 import contextlib

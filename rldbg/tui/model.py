@@ -1,10 +1,9 @@
 """What `rldbg top` shows, built from raw polls in the poll thread; widgets only render it.
 
-EventStore folds the hub's event stream incrementally (each poll brings only new events) into
-bounded per-rank state: the latest call, memory and ledger samples, recent slices for the
-timeline, transition markers, instants and leak flags. Model joins it with the dashboard's actors
-into a View: plain lists and dicts, copied out of the store, so the UI thread never reads state
-the poll thread mutates.
+EventStore folds the hub's event stream incrementally (each poll brings only new events) into bounded per-rank state:
+the latest call, memory and ledger samples, recent slices for the timeline, transition markers, instants and leak flags.
+Model joins it with the dashboard's actors into a View: plain lists and dicts, copied out of the store, so the UI thread
+never reads state the poll thread mutates.
 """
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Breakpoints: workers paused in a debugger (with the address to attach to), and the live
-method-breakpoint specs: b adds one (the hub checks it; a bad spec shows the hub's 400 message),
-x removes the selected one."""
+"""Breakpoints: workers paused in a debugger (with the address to attach to), and the live method-breakpoint specs: b
+adds one (the hub checks it; a bad spec shows the hub's 400 message), x removes the selected one."""
 from __future__ import annotations
 
 from rich.text import Text

@@ -1,5 +1,4 @@
-"""Events: recent instants (breakpoint hits, user instants), failed calls and dropped-event
-counts, newest first."""
+"""Events: recent instants (breakpoint hits, user instants), failed calls and dropped-event counts, newest first."""
 from __future__ import annotations
 
 import time

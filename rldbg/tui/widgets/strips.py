@@ -1,7 +1,6 @@
-"""Lines painted straight into Textual strips. With 256 workers a view holds a few thousand styled
-runs; handing Textual one Rich Text (or a DataTable cell per value) costs 100+ ms a frame in
-wrapping and per-cell rendering. Building Segments ourselves and returning them from
-render_line keeps a frame to the lines on screen and nothing else."""
+"""Lines painted straight into Textual strips. With 256 workers a view holds a few thousand styled runs; handing Textual
+one Rich Text (or a DataTable cell per value) costs 100+ ms a frame in wrapping and per-cell rendering. Building
+Segments ourselves and returning them from render_line keeps a frame to the lines on screen and nothing else."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -44,9 +43,8 @@ class Line:
 
 
 class LineView(Widget, can_focus=True):
-    """A widget whose content is a list of Lines built once per refresh (or resize) for the
-    region on screen. Subclasses implement build(width, height) -> [Line], and scrolling:
-    action_move(by) for the keys, page_size() and wheel(by)."""
+    """A widget whose content is a list of Lines built once per refresh (or resize) for the region on screen. Subclasses
+    implement build(width, height) -> [Line], and scrolling: action_move(by) for the keys, page_size() and wheel(by)."""
     BINDINGS = [Binding("down,j", "move(1)", "Down", show=False), Binding("up,k", "move(-1)", "Up", show=False),
                 Binding("pagedown", "page(1)", "Page down", show=False),
                 Binding("pageup", "page(-1)", "Page up", show=False),
