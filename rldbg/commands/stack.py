@@ -3,10 +3,13 @@ identical stacks grouped ("2 ranks (actor rank 0, 2) in ..."), the odd ones out 
 from __future__ import annotations
 
 import json
+import time
 
 from rldbg.commands import fail
 from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
 from rldbg.profilers import stacks, targets
+
+LOOK_AGAIN_S = 0.5   # three looks over a second: a healthy step moves on, a hang stays put
 
 
 def add_arguments(parser) -> None:
@@ -29,7 +32,11 @@ def run(args) -> int:
         return fail(f"rldbg stack: {why}", 1)
     results = stacks.fetch(found, dash, native=args.native, via=args.via)
     groups, failed = stacks.group(results)
-    explained = stacks.explain(results)
+
+    def again():
+        time.sleep(LOOK_AGAIN_S)
+        return stacks.fetch(found, dash, native=args.native, via=args.via)
+    explained = stacks.explain(results, again)
     if args.json:
         print(json.dumps({**stacks.to_json(groups, failed), "explanation": explained}, indent=2))
     else:

@@ -211,9 +211,7 @@ def _ranks(ss) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(rs)
 
 
-def explain(results) -> list[str]:
-    """One line per role whose ranks are not all doing the same kind of thing (or all stuck in a
-    collective); nothing for roles that look healthy."""
+def _states(results) -> dict:
     by_role: dict = {}   # role -> the state of each of its ranks' main thread
     for r in results:
         t = main_thread(r.threads or [])
@@ -221,29 +219,49 @@ def explain(results) -> list[str]:
             kind, what, frame = classify(t)
             state = RankState(r.target.label, r.target.rank, kind, what, str(frame) if frame else "?")
             by_role.setdefault(r.target.role, []).append(state)
-    lines = []
-    for role, ss in sorted(by_role.items()):
-        coll = [s for s in ss if s.kind == "collective"]
-        rest = [s for s in ss if s.kind != "collective"]
-        if coll and rest:
-            names = sorted({s.what for s in coll})
-            head = f"{role}: {_ranks(coll)} wait{'s' if len(coll) == 1 else ''} in {'/'.join(names)}"
-            odd = "; ".join(f"{_ranks([s])} is not in the collective: " + _doing(s) for s in rest)
-            lines.append(f"{head} at {coll[0].where}; {odd}")
-        elif coll and len({s.what for s in coll}) > 1:
-            lines.append(f"{role}: ranks are in different collectives ("
-                         + "; ".join(f"{_ranks([s])} {s.what} at {s.where}" for s in coll)
-                         + "): a mismatched collective order")
-        elif coll:
-            lines.append(f"{role}: every rank waits in {coll[0].what} ({coll[0].where}): a peer outside "
-                         "this group, or a collective the other side never calls")
-        else:
-            busy = [s for s in ss if s.kind != "between"]
-            done = [s for s in ss if s.kind == "between"]
-            if busy and done:
-                lines.append(f"{role}: {_ranks(busy)} still in a call ("
-                             + "; ".join(_doing(s) for s in busy) + f"); {_ranks(done)} finished")
-    return lines
+    return by_role
+
+
+def explain(results, again=None, looks: int = 3) -> list[str]:
+    """One line per role whose ranks are not all doing the same kind of thing (or all stuck in a
+    collective); nothing for roles that look healthy. One look cannot tell a hang from a moment of
+    a healthy step (a rank in its all_reduce, or a call's last milliseconds, while the other is
+    not): with `again` (fresh results of the same targets) a role's line stays only where every
+    further look, up to `looks` in all, finds each of its ranks doing the same at the same place.
+    A rank that keeps running through a hang moves: its role then shows in the stacks alone."""
+    by_role = _states(results)
+    lines = {role: line for role, ss in by_role.items() if (line := _line(role, ss))}
+    for _ in range(looks - 1 if again is not None else 0):
+        if not lines:
+            break
+        later = _states(again())
+        lines = {role: line for role, line in lines.items() if _still(later.get(role, [])) == _still(by_role[role])}
+    return [lines[role] for role in sorted(lines)]
+
+
+def _still(ss) -> list:
+    return sorted((s.label, s.kind, s.what, s.where) for s in ss)
+
+
+def _line(role: str, ss: list) -> str | None:
+    coll = [s for s in ss if s.kind == "collective"]
+    rest = [s for s in ss if s.kind != "collective"]
+    if coll and rest:
+        names = sorted({s.what for s in coll})
+        head = f"{role}: {_ranks(coll)} wait{'s' if len(coll) == 1 else ''} in {'/'.join(names)}"
+        odd = "; ".join(f"{_ranks([s])} is not in the collective: " + _doing(s) for s in rest)
+        return f"{head} at {coll[0].where}; {odd}"
+    if coll and len({s.what for s in coll}) > 1:
+        return (f"{role}: ranks are in different collectives ("
+                + "; ".join(f"{_ranks([s])} {s.what} at {s.where}" for s in coll) + "): a mismatched collective order")
+    if coll:
+        return (f"{role}: every rank waits in {coll[0].what} ({coll[0].where}): a peer outside "
+                "this group, or a collective the other side never calls")
+    busy = [s for s in ss if s.kind != "between"]
+    done = [s for s in ss if s.kind == "between"]
+    if busy and done:
+        return f"{role}: {_ranks(busy)} still in a call (" + "; ".join(_doing(s) for s in busy) + f"); {_ranks(done)} finished"
+    return None
 
 
 def _doing(s: RankState) -> str:
