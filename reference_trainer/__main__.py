@@ -31,7 +31,7 @@ def main(argv=None) -> int:
         print(f"config error: {e}", file=sys.stderr)
         return 2
     from rldbg import NonFinite
-    from reference_trainer.single_controller.host import RankDied
+    from reference_trainer.single_controller.host import RankDied, RemoteCallError
     from reference_trainer.stop import Stopped
     from reference_trainer.trainer import fit
 
@@ -42,6 +42,11 @@ def main(argv=None) -> int:
         return 2
     except (RankDied, NonFinite) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)   # the one line that matters, no traceback wall
+        return 1
+    except RemoteCallError as e:
+        # The rank's traceback locates the bug; the driver's would only add the path every call takes.
+        print(f"{e.role} rank {e.rank}'s traceback:\n{e.remote_traceback.rstrip()}\nerror: {e.headline}",
+              file=sys.stderr, flush=True)
         return 1
     except Stopped as e:
         where = "before the first step" if e.step is None else f"at step {e.step}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -177,6 +178,11 @@ def test_warn_mode_goes_on_and_a_later_exception_saves_its_shard(tmp_path):
     assert "probability tensor contains" in (failed[0] / "error.txt").read_text()
     assert (failed[0] / "inputs.pt").exists()
     assert f"inputs and error saved to {failed[0]}" in proc.stderr
+    # the rank's traceback and one line last; not the driver's path to the call (runpy, fit, the group)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"error: actor rank [01] failed in generate_sequences at step 1: RuntimeError: probability "
+                        r"tensor contains .*\[inputs and error saved to .*\]", last), proc.stderr[-3000:]
+    assert "'s traceback:\nTraceback (most recent call last):" in proc.stderr and "runpy" not in proc.stderr
 
 
 def test_the_product_config_has_no_test_only_key(tmp_path):

@@ -24,7 +24,8 @@ class RemoteCallError(RuntimeError):
         self.role, self.rank, self.method, self.step = role, rank, method, step
         self.exc_type, self.message, self.remote_traceback = exc_type, message, tb
         where = f"{role} rank {rank} failed in {method}" + (f" at step {step}" if step is not None else "")
-        super().__init__(f"{where}: {exc_type}: {message}\n--- remote traceback ---\n{tb}")
+        self.headline = f"{where}: {exc_type}: {message}"
+        super().__init__(f"{self.headline}\n--- remote traceback ---\n{tb}")
 
     def __reduce__(self):
         return (RemoteCallError, (self.role, self.rank, self.method, self.step, self.exc_type,
