@@ -10,7 +10,7 @@ import numpy as np
 import rldbg
 from rldbg import instrument
 
-from reference_trainer import checkpoint
+from reference_trainer import checkpoint, run_lock
 from reference_trainer.advantage import compute_advantages
 from reference_trainer.config import Config, to_dict
 from reference_trainer.data import PromptSource, sft_batch
@@ -30,6 +30,11 @@ from reference_trainer.workers.hybrid import load_tokenizer_for
 def fit(cfg: Config) -> list[dict]:
     """Train; returns the per-step metric records (also in <run_dir>/metrics.jsonl).
     SIGTERM/SIGINT raise stop.Stopped (with .step and .trace) after the cleanup below has run."""
+    with run_lock.hold(cfg.trainer.run_dir):   # before Ray starts: a second run into the folder stops here
+        return _fit(cfg)
+
+
+def _fit(cfg: Config) -> list[dict]:
     started = start_ray(cfg.resources.ray_num_cpus)
     with stop_on_signals() as guard:
         trace_path, control, groups, history, step = None, False, {}, [], None

@@ -125,6 +125,25 @@ def test_a_second_sigterm_exits_at_once_and_leaves_nothing_running(tmp_path):
                 p.kill()
 
 
+def test_a_second_run_into_a_live_runs_folder_is_refused_before_ray_starts(tmp_path):
+    """Untraced and flight-recorder runs have no spill to refuse a second run; the folder itself does."""
+    proc, run = _start(tmp_path, "trace.enabled=false")
+    try:
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
+        second = subprocess.run([sys.executable, "-m", "reference_trainer", "--preset", "demo", *SMALL,
+                                 "trace.window=5", f"trainer.run_dir={run}"], capture_output=True, text=True,
+                                env=env, timeout=120)
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert second.stderr == (f"config error: config key 'trainer.run_dir' is '{run}', where a live run "
+                                 f"(pid {proc.pid}) writes; give this run another trainer.run_dir\n")
+        assert len((run / "metrics.jsonl").read_text().splitlines()) >= 2, "the live run's metrics untouched"
+    finally:
+        for p in _tree(proc.pid):   # the driver and its embedded cluster, agents included
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        proc.communicate()
+
+
 def test_a_killed_rank_is_named_in_one_line(tmp_path):
     proc, run = _start(tmp_path)
     try:
