@@ -41,6 +41,7 @@ def test_switch_loads_only_when_on():
 
 @pytest.mark.parametrize("env, says", [
     ({"RLDBG_VERL": "yes"}, "RLDBG_VERL='yes' is not accepted: use 1 (on) or 0 (off)"),
+    ({"RLDBG_VERL": "1", "RLDBG_PROFILE": "dir=p;ranks=-1"}, "RLDBG_PROFILE: bad ranks value '-1': expected integers"),
     ({"RLDBG_VERL": "1", "RLDBG_TRACE": "out.txt"}, "RLDBG_TRACE='out.txt' is not accepted: use a file path"),
 ])
 def test_bad_switch_values_fail_in_one_line(env, says):
@@ -86,3 +87,27 @@ def test_unmodified_program_straggler_breakpoint_attach(tmp_path):
     flagged = [ln.strip() for ln in r.stdout.splitlines() if "STRAGGLER" in ln]
     assert len(flagged) == 1 and flagged[0].startswith("STRAGGLER actor rank 1: update_actor "), r.stdout
     assert "time per role:" in r.stdout and "critic" in r.stdout
+
+
+def test_profiled_calls_are_merged_into_the_trace(tmp_path):
+    """RLDBG_PROFILE under VeRL: the selected call's torch.profiler file, and its operators in the
+    Perfetto trace inside that rank's call, as with the reference trainer."""
+    require_entry_point()
+    trace, prof = tmp_path / "out.json", tmp_path / "prof"
+    env = program_env(RLDBG_VERL=1, RLDBG_TRACE=trace, STEPS=3, DASHBOARD_PORT=PORT, RLDBG_HOME=tmp_path / "home",
+                      RLDBG_PROFILE=f"dir={prof};roles=actor;ranks=0;steps=2;methods=update_actor")
+    prog = subprocess.run([sys.executable, str(TESTS / "verl_program.py")], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)
+    assert prog.returncode == 0, (prog.stdout + prog.stderr)[-3000:]
+    assert [p.name for p in prof.rglob("*.pt.trace.json")] == ["actor_rank0.000002.pt.trace.json"]
+    events = json.loads(trace.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    calls = [e for e in events if e.get("cat") == "call" and e.get("name") == "update_actor"
+             and (e.get("args") or {}).get("rank") == 0 and (e.get("args") or {}).get("step") == 2]
+    assert len(calls) == 1, [e for e in events if e.get("name") == "update_actor"][:4]
+    call = calls[0]
+    ops = [e for e in events if str(e.get("name", "")).startswith("aten::") and e.get("ph") == "X"]
+    assert ops, "no operator of the profiled call in the trace"
+    inside = [e for e in ops if (e["pid"], e["tid"]) == (call["pid"], call["tid"])
+              and float(call["ts"]) <= float(e["ts"]) <= float(call["ts"]) + float(call["dur"])]
+    assert len(inside) == len(ops), f"{len(ops) - len(inside)} of {len(ops)} operators outside actor rank 0's call"

@@ -69,6 +69,11 @@ def check_switch() -> None:
     raw = os.environ.get(VERL, "").strip()
     if raw not in ("", "0", "1"):
         raise SwitchError(f"{VERL}={raw!r} is not accepted: use 1 (on) or 0 (off)")
+    from rldbg.profilers.spec import from_env
+    try:
+        from_env()   # here, not in the first profiled call inside a rank
+    except ValueError as e:
+        raise SwitchError(str(e)) from None
 
 
 def install_trace_switch() -> None:
@@ -108,7 +113,9 @@ def start(path: str | None) -> None:
 
     if path is None or _started:
         return
-    rldbg.trace.start(path, **recording())
+    from rldbg.profilers.spec import from_env
+    spec = from_env()   # its torch.profiler files are merged into the trace, where the driver can read them
+    rldbg.trace.start(path, profile_dir=spec and spec.dir, **recording())
     _started.append(path)
     _start_hub()
     atexit.register(stop)   # after trace.start's own hook, so it runs first: the last step closes
