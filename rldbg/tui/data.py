@@ -79,6 +79,9 @@ class LiveSource(DataSource):
         try:
             with self._timed(f"the Ray dashboard at {self.address}"):
                 if self.hub is None and (found := self._find_hub()) is not None:
+                    if found.status == "waiting":   # no hub (yet): the workers the dashboard knows still show
+                        found.actors = self.dash.actors(detail=True)
+                        found.identities = self._identities(found.actors)
                     return found
                 actors = [a for a in self.dash.actors(detail=True) if not self.job_id or a.get("job_id") == self.job_id]
                 self._slow()
@@ -103,7 +106,8 @@ class LiveSource(DataSource):
         if not hubs:
             want = f"run {self.job}" if self.job else "a run"
             return Snapshot("waiting", f"waiting for {want}: no rldbg hub in the dashboard at {self.address} yet "
-                                       "(a driver starts one with rldbg.control.start())")
+                                       "(a driver starts one with rldbg.control.start()); its steps, calls and "
+                                       "stepper need one, the workers below are the dashboard's")
         if len(hubs) > 1:
             # Never watch (and step) the wrong run silently.
             return Snapshot("disconnected", f"{len(hubs)} runs in the dashboard at {self.address}: "
