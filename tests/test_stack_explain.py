@@ -53,3 +53,10 @@ def test_healthy_ranks_take_no_second_look():
         raise AssertionError("a second look where nothing differs")
     assert stacks.explain(_look(IN_UPDATE, IN_UPDATE), again=again) == []
     assert stacks.explain(_look(BETWEEN, BETWEEN), again=again) == []
+
+
+def test_a_colocated_process_asked_for_by_one_role_is_named_by_all():
+    """--role reward on an actor+reward process: its main thread runs the actor's update right now."""
+    t = Target("actor+reward", 0, 100, "127.0.0.1", "n", "a0", shown_role="reward")
+    groups, _ = stacks.group([stacks.Result(t, [Thread("MainThread", 0, True, list(IN_UPDATE))], "py-spy")])
+    assert stacks.headline(groups[0]).startswith("actor+reward rank 0 in forward (model.py:40)"), stacks.headline(groups[0])

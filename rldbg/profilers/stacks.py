@@ -157,11 +157,13 @@ def group(results) -> tuple[list[Group], list[Result]]:
 
 
 def members(g: Group) -> str:
-    """'actor rank 0, 2; critic rank 1'"""
+    """'actor rank 0, 2; critic rank 1'; a process of colocated roles by all of them, whichever was
+    asked for ('actor+reward rank 0' for --role reward): its one main thread may run any role's call."""
     by_role: dict = {}
     for r in g.results:
         t = r.target
-        by_role.setdefault(t.role, []).append(str(t.rank) if t.rank is not None else f"pid {t.pid}")
+        name = t.roles if t.shown_role else t.role
+        by_role.setdefault(name, []).append(str(t.rank) if t.rank is not None else f"pid {t.pid}")
     return "; ".join(f"{role} rank {', '.join(v)}" for role, v in by_role.items())
 
 
