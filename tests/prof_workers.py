@@ -68,6 +68,11 @@ class HangRank:
             n += busy_loop(2000)
         return n
 
+    def spin_then_exit(self, seconds: float) -> None:
+        """A worker that ends mid-recording (a crash, the run's end)."""
+        self.spin(seconds)
+        os._exit(0)
+
 
 def wait_for_peer(q: queue.Queue, seconds: float) -> int:
     try:

@@ -63,16 +63,20 @@ def _record(args, out: str) -> int:
           file=sys.stderr)
 
     def one(t):
+        start = time.monotonic()
         try:
             text = _collapsed(t, dash, args)
         except (pyspy.PySpyError, DashboardError) as e:
             return t, None, str(e)
+        took = time.monotonic() - start
+        # py-spy stops when the process exits: a short recording is said, not passed off as the whole
+        short = f" (cut short: {took:.1f} s of {args.seconds:g}, the worker exited)" if took < args.seconds - 0.5 else ""
         if not flamegraph.parse_collapsed(text):
-            return t, None, "no samples (the worker was idle; try --idle)"
-        return t, flamegraph.write_both(text, os.path.join(out, t.slug), f"{t.label} (pid {t.pid})"), None
+            return t, None, "no samples " + (short.strip() or "(the worker was idle; try --idle)")
+        return t, flamegraph.write_both(text, os.path.join(out, t.slug), f"{t.label} (pid {t.pid})"), short
 
     with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
         results = list(pool.map(one, found))
     for t, paths, err in results:
-        print(f"{t.label}: {paths[0]}  {paths[1]}" if paths else f"{t.label}: no recording: {err}")
+        print(f"{t.label}: {paths[0]}  {paths[1]}{err}" if paths else f"{t.label}: no recording: {err}")
     return 0 if any(paths for _, paths, _ in results) else 1
