@@ -132,7 +132,8 @@ def _check_debug(cfg: Config) -> None:
             try:
                 worker_env(profile={"dir": "tb", key: getattr(p, key), "run": "check"}, inherit=False)
             except ValueError as e:
-                raise ConfigError(f"config key 'profile.{key}': " + re.sub(r"^\$?RLDBG_PROFILE: ", "", str(e))) from None
+                said = re.sub(r"^\$?RLDBG_PROFILE: ", "", str(e))   # the switch it becomes: not what the user wrote
+                raise ConfigError(f"config key 'profile.{key}': {said}") from None
         known = _known_methods(cfg) if p.methods else None
         if unknown := [m for m in map(str, p.methods) if known and m not in known]:
             raise ConfigError(f"config key 'profile.methods' names {unknown[0]!r}, not a registered method of this "

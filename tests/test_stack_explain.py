@@ -59,4 +59,5 @@ def test_a_colocated_process_asked_for_by_one_role_is_named_by_all():
     """--role reward on an actor+reward process: its main thread runs the actor's update right now."""
     t = Target("actor+reward", 0, 100, "127.0.0.1", "n", "a0", shown_role="reward")
     groups, _ = stacks.group([stacks.Result(t, [Thread("MainThread", 0, True, list(IN_UPDATE))], "py-spy")])
-    assert stacks.headline(groups[0]).startswith("actor+reward rank 0 in forward (model.py:40)"), stacks.headline(groups[0])
+    said = stacks.headline(groups[0])
+    assert said.startswith("actor+reward rank 0 in forward (model.py:40)"), said

@@ -241,8 +241,8 @@ def test_once_without_a_hub_still_lists_the_workers(ray_cluster, trainer):
     assert said.startswith("rldbg top: waiting for run not-up-yet: no rldbg hub in the dashboard"), once.stdout
     assert said.endswith("the workers below are the dashboard's"), said
     rows = [ln.split() for ln in table[1:]]
-    assert {(r[0], r[1], r[2]) for r in rows} >= {("actor+reward[0]", "actor", "0"), ("actor+reward[1]", "reward", "1")}, \
-        once.stdout
+    want = {("actor+reward[0]", "actor", "0"), ("actor+reward[1]", "reward", "1")}
+    assert {(r[0], r[1], r[2]) for r in rows} >= want, once.stdout
 
 def test_the_dashboard_going_away_shows_disconnected_retrying_and_recovers(ray_cluster, hub):
     """A real outage: the app talks to the dashboard through a loopback forwarder that is cut

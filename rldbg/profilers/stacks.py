@@ -262,7 +262,8 @@ def _line(role: str, ss: list) -> str | None:
     busy = [s for s in ss if s.kind != "between"]
     done = [s for s in ss if s.kind == "between"]
     if busy and done:
-        return f"{role}: {_ranks(busy)} still in a call (" + "; ".join(_doing(s) for s in busy) + f"); {_ranks(done)} finished"
+        doing = "; ".join(_doing(s) for s in busy)
+        return f"{role}: {_ranks(busy)} still in a call ({doing}); {_ranks(done)} finished"
     return None
 
 
