@@ -9,7 +9,7 @@ from rldbg.commands import fail
 from rldbg.control.discovery import ADDRESS_HELP, cli_dashboard
 from rldbg.profilers import stacks, targets
 
-LOOK_AGAIN_S = 0.5   # three looks over a second: a healthy step moves on, a hang stays put
+LOOK_AGAIN_S = 0.5   # four looks over 1.5 s: a healthy step moves on, a hang stays put
 
 
 def add_arguments(parser) -> None:

@@ -162,8 +162,7 @@ def members(g: Group) -> str:
     by_role: dict = {}
     for r in g.results:
         t = r.target
-        name = t.roles if t.shown_role else t.role
-        by_role.setdefault(name, []).append(str(t.rank) if t.rank is not None else f"pid {t.pid}")
+        by_role.setdefault(t.roles, []).append(str(t.rank) if t.rank is not None else f"pid {t.pid}")
     return "; ".join(f"{role} rank {', '.join(v)}" for role, v in by_role.items())
 
 
@@ -224,25 +223,30 @@ def _states(results) -> dict:
     return by_role
 
 
-def explain(results, again=None, looks: int = 3) -> list[str]:
+def explain(results, again=None, looks: int = 4) -> list[str]:
     """One line per role whose ranks are not all doing the same kind of thing (or all stuck in a
     collective); nothing for roles that look healthy. One look cannot tell a hang from a moment of
     a healthy step (a rank in its all_reduce, or a call's last milliseconds, while the other is
     not): with `again` (fresh results of the same targets) a role's line stays only where every
-    further look, up to `looks` in all, finds each of its ranks doing the same at the same place.
-    A rank that keeps running through a hang moves: its role then shows in the stacks alone."""
+    further look, up to `looks` in all, finds its ranks as they were: each one that waits (in a
+    collective, a wait, a breakpoint) at the same place, each one that runs still running (a rank
+    looping through a hang moves from line to line). A rank a later look could not read is not
+    held against the line."""
     by_role = _states(results)
     lines = {role: line for role, ss in by_role.items() if (line := _line(role, ss))}
     for _ in range(looks - 1 if again is not None else 0):
         if not lines:
             break
         later = _states(again())
-        lines = {role: line for role, line in lines.items() if _still(later.get(role, [])) == _still(by_role[role])}
+        lines = {role: line for role, line in lines.items() if _still(by_role[role], later.get(role, []))}
     return [lines[role] for role in sorted(lines)]
 
 
-def _still(ss) -> list:
-    return sorted((s.label, s.kind, s.what, s.where) for s in ss)
+def _still(before: list, after: list) -> bool:
+    def held(s):
+        return (s.kind, s.what, s.where) if s.kind in ("collective", "wait", "paused") else (s.kind,)
+    now = {s.label: held(s) for s in after}
+    return all(now.get(s.label, held(s)) == held(s) for s in before)
 
 
 def _line(role: str, ss: list) -> str | None:
