@@ -94,6 +94,10 @@ def test_the_folders_an_offload_made_do_not_outlive_its_mapping(tmp_path):
     off.offload("g", t)
     off.reload("g")
     assert list(tmp_path.iterdir()) == [] and torch.equal(t[0], torch.zeros(100))
+    given = tmp_path / "mine"   # offload.dir set by the user, made before the run
+    given.mkdir()
+    Offloader("file", given, torch.device("cpu")).offload("g", t)
+    assert list(tmp_path.iterdir()) == [given] and list(given.iterdir()) == []
 
 
 def test_an_empty_group_and_a_second_offload_are_no_ops(tmp_path):

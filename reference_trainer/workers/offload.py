@@ -79,12 +79,7 @@ class Offloader:
             if held is None or not held.holds(tensors):
                 # First offload, or the tensors were given new storage since (a checkpoint load):
                 # copy them into a new file once.
-                made = list(itertools.takewhile(lambda d: not d.exists(), (self.directory, *self.directory.parents)))
-                self.directory.mkdir(parents=True, exist_ok=True)
-                self._files[group] = held = FileGroup(self.directory, group, tensors)
-                for d in made:   # the file is unlinked once mapped: no empty folders of ours are left
-                    with contextlib.suppress(OSError):
-                        d.rmdir()
+                self._files[group] = held = self._new_file(group, tensors)
                 self.give_back_memory()   # their old storage was just freed
             held.unmap()
             for t in tensors:
@@ -92,6 +87,24 @@ class Offloader:
                 t.data = torch.empty(0, dtype=t.dtype, device=t.device)
         self._groups[group] = tensors
         return moved
+
+    def _new_file(self, group: str, tensors: list[torch.Tensor]) -> FileGroup:
+        """The group in a new file. The folders made for it are removed once it is mapped (its file is
+        unlinked then: nothing would be left in them). Ranks share RUN/offload: one may remove it just
+        as another makes its own folder in it, and that one tries again."""
+        for attempt in range(3):
+            made = list(itertools.takewhile(lambda d: not d.exists(), (self.directory, *self.directory.parents)))
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                held = FileGroup(self.directory, group, tensors)
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+                continue
+            for d in made:
+                with contextlib.suppress(OSError):   # not empty: another rank's folder is in it
+                    d.rmdir()
+            return held
 
     def reload(self, group: str) -> int:
         tensors = self._groups.pop(group, None)
