@@ -105,15 +105,15 @@ def test_flame_says_when_the_worker_exits_mid_recording(ray_cluster, tmp_path, c
     run = f"cut-{uuid.uuid4().hex[:6]}"
     actor = ray.remote(HangRank).options(name=f"{run}:actor:rank0", num_cpus=0, max_restarts=0).remote("actor", 0, 1)
     ray.get(actor.pid.remote())
-    actor.spin_then_exit.remote(3)
-    rc = cli.main(["flame", "--address", ray_cluster, "--role", "actor", "--run", run, "--seconds", "10",
+    actor.spin_then_exit.remote(8)   # time for the dashboard lookup and py-spy's attach on a loaded machine
+    rc = cli.main(["flame", "--address", ray_cluster, "--role", "actor", "--run", run, "--seconds", "30",
                    "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0, out
     line = next(ln for ln in out.splitlines() if ln.startswith("actor rank 0:"))   # Ray's worker-death notice aside
     assert line.startswith(f"actor rank 0: {tmp_path}/actor_rank0.speedscope.json  {tmp_path}/actor_rank0.svg "
                            "(cut short: "), out
-    assert line.endswith(" s of 10, the worker exited)"), out
+    assert line.endswith(" s of 30, the worker exited or stopped answering)"), out
 
 
 def test_ptrace_denied_is_one_clear_line(tmp_path, monkeypatch):

@@ -70,7 +70,8 @@ def _record(args, out: str) -> int:
             return t, None, str(e)
         took = time.monotonic() - start
         # py-spy stops when the process exits: a short recording is said, not passed off as the whole
-        short = f" (cut short: {took:.1f} s of {args.seconds:g}, the worker exited)" if took < args.seconds - .5 else ""
+        short = (f" (cut short: {took:.1f} s of {args.seconds:g}, the worker exited or stopped answering)"
+                 if took < args.seconds - 0.5 else "")
         if not flamegraph.parse_collapsed(text):
             return t, None, "no samples " + (short.strip() or "(the worker was idle; try --idle)")
         return t, flamegraph.write_both(text, os.path.join(out, t.slug), f"{t.label} (pid {t.pid})"), short
