@@ -48,6 +48,26 @@ def _tree(pid: int) -> list[psutil.Process]:
     return [p, *p.children(recursive=True)]
 
 
+def _kill_tree(proc: subprocess.Popen) -> None:
+    try:
+        tree = _tree(proc.pid)
+    except psutil.Error:   # the driver is gone; its session may not be
+        tree = []
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)   # _start and the second run begin sessions of their own
+    proc.communicate()
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:   # exited since the tree was read
+        return []
+
+
 def _listening(procs) -> list[tuple[str, int, str]]:
     pids = {p.pid: p for p in procs}
     out = []
@@ -106,11 +126,17 @@ def test_a_second_sigterm_exits_at_once_and_leaves_nothing_running(tmp_path):
     proc, run = _start(tmp_path)
     try:
         tree = _tree(proc.pid)
-        assert any("agent" in " ".join(p.cmdline()) for p in tree[1:]), "expected the cluster's agents"
-        proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        assert any("agent" in " ".join(_cmdline(p)) for p in tree[1:]), "expected the cluster's agents"
+        # Python runs a handler between bytecodes: two signals that arrive while the driver sits in one
+        # of Ray's waits (0.5 s slices) are seen as one. Another every 0.5 s until it exits, then.
+        deadline = time.monotonic() + 60
+        while True:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                out, err = proc.communicate(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                assert time.monotonic() < deadline, "the driver did not exit on repeated SIGTERMs"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -128,20 +154,24 @@ def test_a_second_sigterm_exits_at_once_and_leaves_nothing_running(tmp_path):
 def test_a_second_run_into_a_live_runs_folder_is_refused_before_ray_starts(tmp_path):
     """Untraced and flight-recorder runs have no spill to refuse a second run; the folder itself does."""
     proc, run = _start(tmp_path, "trace.enabled=false")
+    second = None
     try:
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
-        second = subprocess.run([sys.executable, "-m", "reference_trainer", "--preset", "demo", *SMALL,
-                                 "trace.window=5", f"trainer.run_dir={run}"], capture_output=True, text=True,
-                                env=env, timeout=120)
-        assert second.returncode == 2, second.stderr[-3000:]
-        assert second.stderr == (f"config error: config key 'trainer.run_dir' is '{run}', where a live run "
-                                 f"(pid {proc.pid}) writes; give this run another trainer.run_dir\n")
+        env["RLDBG_HOME"] = str(tmp_path / "home2")
+        # Were it not refused, it would train 10 steps in a cluster of its own, killed below whatever happens.
+        second = subprocess.Popen([sys.executable, "-m", "reference_trainer", "--preset", "demo", *SMALL,
+                                   "trainer.total_steps=10", "trace.window=5", f"trainer.run_dir={run}"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                  start_new_session=True)
+        _, err = second.communicate(timeout=120)
+        assert second.returncode == 2, err[-3000:]
+        assert err == (f"config error: config key 'trainer.run_dir' is '{run}', where a live run "
+                       f"(pid {proc.pid}) writes; give this run another trainer.run_dir\n")
         assert len((run / "metrics.jsonl").read_text().splitlines()) >= 2, "the live run's metrics untouched"
     finally:
-        for p in _tree(proc.pid):   # the driver and its embedded cluster, agents included
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        proc.communicate()
+        for p in (proc, second):   # each driver and its embedded cluster, agents included
+            if p is not None:
+                _kill_tree(p)
 
 
 def test_a_killed_rank_is_named_in_one_line(tmp_path):
