@@ -156,3 +156,14 @@ def test_remote_error_names_role_rank_method_and_keeps_traceback(groups):
 def test_impossible_pool_fails_before_work(ray_cluster):
     with pytest.raises(RuntimeError, match="needs 2 × \\{'CPU': 64.0\\}.*resources.n_ranks"):
         ResourcePool("huge", 2, cpus_per_rank=64.0, ready_timeout_s=2).placement_group()
+
+
+def test_a_rank_errors_headline_is_one_line():
+    """python -m reference_trainer ends a failed run with it: a message of several lines gives its first."""
+    many = RemoteCallError("actor", 1, "load_checkpoint", 3, "RuntimeError",
+                           "Error(s) in loading state_dict:\n\tMissing", "Traceback ...")
+    assert many.headline == ("actor rank 1 failed in load_checkpoint at step 3: RuntimeError: Error(s) in loading "
+                             "state_dict: (more in the traceback)")
+    assert "\tMissing" in str(many)
+    one = RemoteCallError("critic", 0, "m", None, "ValueError", "bad", "tb")
+    assert one.headline == "critic rank 0 failed in m: ValueError: bad"

@@ -24,8 +24,11 @@ class RemoteCallError(RuntimeError):
         self.role, self.rank, self.method, self.step = role, rank, method, step
         self.exc_type, self.message, self.remote_traceback = exc_type, message, tb
         where = f"{role} rank {rank} failed in {method}" + (f" at step {step}" if step is not None else "")
-        self.headline = f"{where}: {exc_type}: {message}"
-        super().__init__(f"{self.headline}\n--- remote traceback ---\n{tb}")
+        first = message.strip().splitlines()[0] if message.strip() else ""
+        # One line (python -m reference_trainer prints it last): a message of several lines, its first.
+        more = " (more in the traceback)" if first != message.strip() else ""
+        self.headline = f"{where}: {exc_type}: {first}{more}"
+        super().__init__(f"{where}: {exc_type}: {message}\n--- remote traceback ---\n{tb}")
 
     def __reduce__(self):
         return (RemoteCallError, (self.role, self.rank, self.method, self.step, self.exc_type,
