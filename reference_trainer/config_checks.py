@@ -128,9 +128,10 @@ def _check_debug(cfg: Config) -> None:
                               f"(ranks 0-{cfg.resources.n_ranks - 1})")
     p = cfg.profile
     if p.on:
-        for key in ("roles", "ranks", "steps", "methods"):   # one at a time: the error names its key
+        for key in ("dir", "roles", "ranks", "steps", "methods"):   # one at a time: the error names its key
+            given = {} if key == "dir" else {key: getattr(p, key)}
             try:
-                worker_env(profile={"dir": "tb", key: getattr(p, key), "run": "check"}, inherit=False)
+                worker_env(profile={"dir": p.dir or "tb", "run": "check", **given}, inherit=False)
             except ValueError as e:
                 said = re.sub(r"^\$?RLDBG_PROFILE: ", "", str(e))   # the switch it becomes: not what the user wrote
                 raise ConfigError(f"config key 'profile.{key}': {said}") from None
