@@ -230,19 +230,23 @@ def test_the_rldbg_top_binary_runs_in_a_terminal_and_quits_on_q(ray_cluster, tra
 
 
 def test_once_without_a_hub_still_lists_the_workers(ray_cluster, trainer):
-    """A run whose driver started no hub (control.enabled=false, a plain Ray program), or not yet
-    (--job names a run whose hub is not up: another test's hub may be): the roles table from the
-    dashboard and the workers' identities, and what needs the hub."""
+    """A run whose driver started no hub (control.enabled=false, a plain Ray program), or not yet:
+    the roles table from the dashboard (this job's live workers) and their identities, and what
+    needs the hub. --job names this job: another test's hub may be up in the session's cluster."""
+    import ray
+
     exe = shutil.which("rldbg") or str(Path(sys.executable).with_name("rldbg"))
-    once = subprocess.run([exe, "top", "--once", "--address", ray_cluster, "--wait", "30", "--job", "not-up-yet"],
+    job = ray.get_runtime_context().get_job_id()
+    once = subprocess.run([exe, "top", "--once", "--address", ray_cluster, "--wait", "30", "--job", job],
                           capture_output=True, text=True, timeout=WAIT_S)
     assert once.returncode == 0, once.stderr
     said, *table = once.stdout.splitlines()
-    assert said.startswith("rldbg top: waiting for run not-up-yet: no rldbg hub in the dashboard"), once.stdout
+    assert said.startswith(f"rldbg top: waiting for run {job}: no rldbg hub in the dashboard"), once.stdout
     assert said.endswith("the workers below are the dashboard's"), said
     rows = [ln.split() for ln in table[1:]]
     want = {("actor+reward[0]", "actor", "0"), ("actor+reward[1]", "reward", "1")}
     assert {(r[0], r[1], r[2]) for r in rows} >= want, once.stdout
+
 
 def test_the_dashboard_going_away_shows_disconnected_retrying_and_recovers(ray_cluster, hub):
     """A real outage: the app talks to the dashboard through a loopback forwarder that is cut

@@ -79,8 +79,10 @@ class LiveSource(DataSource):
         try:
             with self._timed(f"the Ray dashboard at {self.address}"):
                 if self.hub is None and (found := self._find_hub()) is not None:
-                    if found.status == "waiting":   # no hub (yet): the workers the dashboard knows still show
-                        found.actors = self.dash.actors(detail=True)
+                    if found.status == "waiting":   # no hub (yet): the live workers the dashboard knows still show
+                        job = (self.job or "").split("-")[0]   # a run is JOB-PID
+                        found.actors = [a for a in self.dash.actors(detail=True, filters=[("state", "=", "ALIVE")])
+                                        if not job or a.get("job_id") == job]
                         found.identities = self._identities(found.actors)
                     return found
                 actors = [a for a in self.dash.actors(detail=True) if not self.job_id or a.get("job_id") == self.job_id]
