@@ -23,7 +23,7 @@ import signal
 import threading
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_state = {"signum": None, "cleaning": False}
+_state = {"signum": None, "cleaning": False, "spill": None, "written": None}
 
 
 class Stopped(BaseException):
@@ -51,9 +51,12 @@ def check() -> None:
 
 def _handler(signum, frame) -> None:
     if _state["signum"] is not None:         # the user insists: no more waiting on cleanup
-        os.write(2, f"{signal.Signals(signum).name} again: exiting now, without cleanup (no trace export; "
-                    "the events recorded so far stay in the trace's .spill directory: `rldbg export DIR`)\n"
-                    .encode())
+        spill, written = _state["spill"], _state["written"]
+        trace = (f"the trace is written: {written}" if written else
+                 f"no trace export; the events recorded so far stay in {spill}: `rldbg export {spill}`" if spill
+                 else "no trace export; the events recorded so far stay in the trace's .spill directory: "
+                      "`rldbg export DIR`")
+        os.write(2, f"{signal.Signals(signum).name} again: exiting now, without cleanup ({trace})\n".encode())
         _kill_descendants()
         os._exit(128 + signum)
     _state["signum"] = signum
@@ -74,14 +77,18 @@ def _kill_descendants() -> None:
 
 
 class _Guard:
-    def begin_cleanup(self) -> None:
-        _state["cleaning"] = True
+    def begin_cleanup(self, spill: str | None = None) -> None:
+        """The run's cleanup starts; `spill`: where its trace's events are until the export."""
+        _state.update(cleaning=True, spill=spill)
+
+    def trace_written(self, path: str) -> None:
+        _state["written"] = path
 
 
 @contextlib.contextmanager
 def stop_on_signals():
     """Yields a guard; call guard.begin_cleanup() where the run's cleanup starts."""
-    _state.update(signum=None, cleaning=False)
+    _state.update(signum=None, cleaning=False, spill=None, written=None)
     if threading.current_thread() is not threading.main_thread():
         yield _Guard()                           # signals are only delivered to the main thread
         return
@@ -91,7 +98,7 @@ def stop_on_signals():
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-        _state.update(signum=None, cleaning=False)
+        _state.update(signum=None, cleaning=False, spill=None, written=None)
 
 
 def job_stop_notice() -> str | None:

@@ -2,6 +2,7 @@
 a visible line: the driver is the single controller, each call runs on all ranks."""
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -35,12 +36,17 @@ def fit(cfg: Config) -> list[dict]:
 
 
 def _fit(cfg: Config) -> list[dict]:
-    started = start_ray(cfg.resources.ray_num_cpus)
+    try:
+        started = start_ray(cfg.resources.ray_num_cpus)
+    except SystemExit as e:   # a SIGTERM while Ray starts: its handler exits with the signal's number
+        if e.code == signal.SIGTERM:
+            raise Stopped(signal.SIGTERM) from None
+        raise
     with stop_on_signals() as guard:
-        trace_path, control, groups, history, step = None, False, {}, [], None
+        trace_path, spill, control, groups, history, step = None, None, False, {}, [], None
         try:
             _check_cluster(cfg, started)
-            trace_path = _start_tracing(cfg)
+            trace_path, spill = _start_tracing(cfg)
             if trace_path and (notice := job_stop_notice()):
                 print(notice, flush=True)
             control = _start_control(cfg)
@@ -78,10 +84,11 @@ def _fit(cfg: Config) -> list[dict]:
                 raise
             raise died from None
         finally:
-            guard.begin_cleanup()
+            guard.begin_cleanup(spill)
             # The trace first: `ray job stop` gives the driver 3 s (RAY_JOB_STOP_WAIT_TIME_S) before SIGKILL,
             # and before the workers go: their last events are still in flight.
-            _stop_tracing(trace_path, sys.exc_info()[1], cfg.trace.window)
+            if written := _stop_tracing(trace_path, sys.exc_info()[1], cfg.trace.window):
+                guard.trace_written(written)
             if control:
                 rldbg.control.stop()   # releases a parked step gate, removes the hub file
             shutdown_groups(groups.values())
@@ -190,25 +197,28 @@ def _start_control(cfg: Config) -> bool:
     return True
 
 
-def _start_tracing(cfg: Config) -> str | None:
+def _start_tracing(cfg: Config) -> tuple:
+    """(trace path, the spill directory its events go to until the export); Nones untraced. A flight
+    recorder keeps its events in memory: no spill."""
     if not (cfg.trace.enabled or cfg.trace.path):
-        return None
+        return None, None
     path = cfg.trace.path or str(Path(cfg.trainer.run_dir) / "trace.json.gz")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    rldbg.trace.start(path, memory_hz=cfg.trace.memory_hz, flush_interval=cfg.trace.flush_s,
+    spill = rldbg.trace.start(path, memory_hz=cfg.trace.memory_hz, flush_interval=cfg.trace.flush_s,
                       profile_dir=profile_dir(cfg) if cfg.profile.on else None, window=cfg.trace.window,
                       steps=cfg.trace.steps, hang_s=cfg.trace.hang_s)
     if cfg.trace.window:
         print(f"flight recorder: the last {cfg.trace.window} steps of every process in memory; written to "
               f"{Path(path).parent}/flight-<step>-<trigger>.json.gz on a trigger (`rldbg dump` writes one now)",
               flush=True)
-    return path
+    return path, None if cfg.trace.window else spill
 
 
-def _stop_tracing(path: str | None, failure: BaseException | None = None, window: int = 0) -> None:
-    """Write the trace; with the flight recorder, dump the last window if the run is failing."""
+def _stop_tracing(path: str | None, failure: BaseException | None = None, window: int = 0) -> str | None:
+    """Write the trace (its path returned); with the flight recorder, dump the last window if the run
+    is failing."""
     if path is None:
-        return
+        return None
     reason, detail = _stop_reason(failure)
     out = rldbg.trace.stop(reason=reason, **detail)
     dumps = rldbg.trace.last_dumps()
@@ -227,6 +237,7 @@ def _stop_tracing(path: str | None, failure: BaseException | None = None, window
             print("flight recorder: no trigger, nothing written", flush=True)
     elif out:
         print(f"{rldbg.trace.loss_line(out)} (look: `rldbg open {out}`; summary: `rldbg report {out}`)", flush=True)
+    return None if window else out
 
 
 def _stop_reason(failure: BaseException | None) -> tuple:

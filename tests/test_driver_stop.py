@@ -142,13 +142,34 @@ def test_a_second_sigterm_exits_at_once_and_leaves_nothing_running(tmp_path):
             proc.kill()
             proc.communicate()
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
-    assert "SIGTERM again: exiting now, without cleanup" in err.strip().splitlines()[-1], err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("SIGTERM again: exiting now, without cleanup ("), err[-3000:]
+    # where the run's events are: the spill, or the trace when the export got there first
+    assert f"`rldbg export {run}/trace.spill`" in last or f"the trace is written: {run}/trace.json.gz" in last, last
     try:
         until(lambda: _gone(tree), what="every process of the run to exit", limit=20)
     finally:
         for p in tree:   # what a failure leaves must not outlive the test
             with contextlib.suppress(psutil.Error):
                 p.kill()
+
+
+def test_a_sigterm_while_ray_starts_is_a_stop_in_one_line(tmp_path):
+    """Ray's own handler runs while ray.init starts the embedded cluster: it exited 15, silently."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
+    env["RLDBG_HOME"] = str(tmp_path / "home")
+    proc = subprocess.Popen([sys.executable, "-m", "reference_trainer", "--preset", "demo", *SMALL,
+                             f"trainer.run_dir={tmp_path / 'run'}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        until(lambda: any("gcs_server" in " ".join(_cmdline(p)) for p in _tree(proc.pid)[1:]),
+              what="the embedded cluster starting", limit=120, interval=0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        _kill_tree(proc)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("stopped by SIGTERM before the first step"), err[-3000:]
 
 
 def test_a_second_run_into_a_live_runs_folder_is_refused_before_ray_starts(tmp_path):
