@@ -127,11 +127,15 @@ def _check_debug(cfg: Config) -> None:
             raise ConfigError(f"config key {key!r} names rank {bad[0]} but resources.n_ranks={cfg.resources.n_ranks} "
                               f"(ranks 0-{cfg.resources.n_ranks - 1})")
     p = cfg.profile
+    if p.dir and not p.on:
+        raise ConfigError(f"config key 'profile.dir'={p.dir!r} says where torch.profiler writes, but no call is "
+                          "selected: add profile.roles, profile.ranks, profile.steps or profile.methods")
+    if ";" in p.dir:   # the workers' switch separates its items with ';'
+        raise ConfigError(f"config key 'profile.dir' is {p.dir!r}; accepted: a folder path without ';'")
     if p.on:
-        for key in ("dir", "roles", "ranks", "steps", "methods"):   # one at a time: the error names its key
-            given = {} if key == "dir" else {key: getattr(p, key)}
+        for key in ("roles", "ranks", "steps", "methods"):   # one at a time: the error names its key
             try:
-                worker_env(profile={"dir": p.dir or "tb", "run": "check", **given}, inherit=False)
+                worker_env(profile={"dir": p.dir or "tb", "run": "check", key: getattr(p, key)}, inherit=False)
             except ValueError as e:
                 said = re.sub(r"^\$?RLDBG_PROFILE: ", "", str(e))   # the switch it becomes: not what the user wrote
                 raise ConfigError(f"config key 'profile.{key}': {said}") from None

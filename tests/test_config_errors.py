@@ -27,7 +27,10 @@ import pytest
                                                 "this run: trainer.total_steps=5 runs steps 0-4"),
     # a profile key's error names the key, not the worker switch it becomes
     ("profile.ranks=[-1]", "config error: config key 'profile.ranks': bad ranks value '-1': expected integers"),
-    ("profile.steps=[1] profile.dir=a;b", "config error: config key 'profile.dir': bad item 'b': expected key=value"),
+    ("profile.steps=[1] profile.dir=a;b", "config error: config key 'profile.dir' is 'a;b'; accepted: a folder path "
+                                          "without ';'"),
+    ("profile.dir=/tmp/p", "config error: config key 'profile.dir'='/tmp/p' says where torch.profiler writes, but no "
+                           "call is selected: add profile.roles, "),
     ("profile.methods=[update]", "config error: config key 'profile.methods' names 'update', not a registered method "
                                  "of this run's roles; accepted: compute_log_prob, "),
     ("trainer.total_steps=5 profile.steps=[50]", "config error: config key 'profile.steps'=[50] names no step of "
