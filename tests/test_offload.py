@@ -94,6 +94,13 @@ def test_the_folders_an_offload_made_do_not_outlive_its_mapping(tmp_path):
     off.offload("g", t)
     off.reload("g")
     assert list(tmp_path.iterdir()) == [] and torch.equal(t[0], torch.zeros(100))
+    # RUN/offload, there before either rank's first offload (another role made it): the last to leave removes it
+    shared = tmp_path / "offload"
+    ranks = [Offloader("file", shared / f"actor-rank{r}", torch.device("cpu"), shared=shared) for r in (0, 1)]
+    shared.mkdir()
+    for r, off in enumerate(ranks):
+        off.offload("g", [torch.ones(10 + r)])
+    assert list(tmp_path.iterdir()) == []
     given = tmp_path / "mine"   # offload.dir set by the user, made before the run
     given.mkdir()
     Offloader("file", given, torch.device("cpu")).offload("g", t)

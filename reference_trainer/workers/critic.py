@@ -23,7 +23,8 @@ class CriticWorker(Worker):
         super().__init__(config, info)
         base = Path(config.offload.dir or Path(config.trainer.run_dir) / "offload")
         self.offloader = Offloader(resolve_target(config.offload.target, info.device),
-                                   base / f"critic-rank{info.rank}", self.device)
+                                   base / f"critic-rank{info.rank}", self.device,
+                                   shared=None if config.offload.dir else base)
 
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self) -> dict:

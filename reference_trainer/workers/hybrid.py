@@ -39,7 +39,8 @@ class ActorRolloutRefWorker(Worker):
             tune_allocator_for_offload()
         base = Path(config.offload.dir or Path(config.trainer.run_dir) / "offload")
         self.offloader = Offloader(resolve_target(config.offload.target, info.device),
-                                   base / f"actor-rank{info.rank}", self.device)
+                                   base / f"actor-rank{info.rank}", self.device,
+                                   shared=None if config.offload.dir else base)
         self.mode = "uninitialised"
         self._optimizer_entries = 0   # the optimizer's state entries at its last report after an update
 

@@ -51,11 +51,14 @@ def resolve_target(target: str, device: str) -> str:
 
 
 class Offloader:
-    def __init__(self, target: str, directory: str | os.PathLike, device: torch.device):
+    def __init__(self, target: str, directory: str | os.PathLike, device: torch.device,
+                 shared: str | os.PathLike | None = None):
+        """`shared`: the run's own folder above `directory` that every rank's folder sits in (RUN/offload),
+        removed too once empty; a folder the user gave is not."""
         if target not in ("host", "file", "none"):
             raise ValueError(f"offload target {target!r}; accepted: host, file, none")
         self.target, self.device = target, device
-        self.directory = Path(directory)
+        self.directory, self.shared = Path(directory), shared and Path(shared)
         self._groups: dict[str, list[torch.Tensor]] = {}
         self._files: dict[str, FileGroup] = {}
 
@@ -101,7 +104,7 @@ class Offloader:
                 if attempt == 2:
                     raise
                 continue
-            for d in made:
+            for d in [*made, *([self.shared] if self.shared else [])]:
                 with contextlib.suppress(OSError):   # not empty: another rank's folder is in it
                     d.rmdir()
             return held
