@@ -75,3 +75,20 @@ def test_cli_stack_names_role_and_rank_of_an_opaque_actor(opaque_workers):
 
     until(stack, "rldbg stack naming ref rank 1", limit=60, interval=1.0)
     assert "rank 0" not in out["r"].stdout
+
+
+def test_stack_takes_the_colocated_label_and_lists_roles_one_by_one(opaque_workers):
+    """`--role actor+ref`, the label `rldbg stack` and `top` show, is accepted; an unknown role's
+    error lists roles that --role takes (actor, ref), not labels it once refused."""
+    url, _, _ = opaque_workers
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
+           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+
+    def stack(role):
+        return subprocess.run([sys.executable, "-m", "rldbg", "stack", "--address", url, "--role", role, "--rank", "1"],
+                              capture_output=True, text=True, timeout=120, env=env)
+    r = stack("actor+ref")
+    assert r.returncode == 0 and r.stdout.startswith("actor+ref rank 1 "), r.stdout + r.stderr
+    r = stack("nosuch")
+    seen = r.stderr.split("roles seen: ", 1)[1].strip().split(", ")
+    assert r.returncode == 1 and {"actor", "ref"} <= set(seen) and "actor+ref" not in seen, r.stderr

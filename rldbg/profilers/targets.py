@@ -72,7 +72,7 @@ def find(dash: Dashboard, role: str | None = None, rank: int | None = None, run:
         roles, rnk = (ident.role, ident.rank) if ident else (
             (m.group("roles"), int(m.group("rank"))) if m else (a.get("class_name") or "actor", None))
         actor_run = m.group("run") if m else None
-        if ((role is not None and role not in roles.split("+")) or (rank is not None and rnk != rank)
+        if ((role is not None and role not in (roles, *roles.split("+"))) or (rank is not None and rnk != rank)
                 or (run is not None and actor_run != run)):
             continue
         node_id = a.get("node_id") or ""
@@ -98,4 +98,4 @@ def describe_filter(role, rank, run) -> str:
 
 def role_list(dash: Dashboard) -> str:
     """The roles that do exist, for a "no worker matched" message."""
-    return ", ".join(sorted({t.roles for t in find(dash) if t.rank is not None})) or "none"
+    return ", ".join(sorted({r for t in find(dash) if t.rank is not None for r in t.roles.split("+")})) or "none"
