@@ -36,7 +36,8 @@ def render(r: dict) -> list[str]:
     if trig := r.get("trigger"):
         what = ", ".join(f"{k} {v}" for k, v in trig.items()
                          if k not in ("reason", "step", "role", "rank") and v not in (None, "", []))
-        lines.append(f"flight recorder dump: {trig.get('reason')} at step {trig.get('step')}"
+        when = "before the first step" if trig.get("step") is None else f"at step {trig['step']}"
+        lines.append(f"flight recorder dump: {trig.get('reason')} {when}"
                      + (f" ({trig['role']} rank {trig['rank']})" if trig.get("role") != "driver" else "")
                      + (f": {what}" if what else ""))
     covered = steps_text(r["steps"]) or "none"
