@@ -246,6 +246,7 @@ def test_once_without_a_hub_still_lists_the_workers(ray_cluster, trainer):
     rows = [ln.split() for ln in table[1:]]
     want = {("actor+reward[0]", "actor", "0"), ("actor+reward[1]", "reward", "1")}
     assert {(r[0], r[1], r[2]) for r in rows} >= want, once.stdout
+    assert {r[3] for r in rows} == {"alive"}, "without a hub nobody says running or idle"
 
 
 def test_the_dashboard_going_away_shows_disconnected_retrying_and_recovers(ray_cluster, hub):

@@ -108,8 +108,9 @@ class LiveSource(DataSource):
         if not hubs:
             want = f"run {self.job}" if self.job else "a run"
             return Snapshot("waiting", f"waiting for {want}: no rldbg hub in the dashboard at {self.address} yet "
-                                       "(a driver starts one with rldbg.control.start()); its steps, calls and "
-                                       "stepper need one, the workers below are the dashboard's")
+                                       "(a driver starts one with rldbg.control.start(); the reference trainer "
+                                       "unless control.enabled=false); steps, calls and the stepper need it, the "
+                                       "workers below are the dashboard's")
         if len(hubs) > 1:
             # Never watch (and step) the wrong run silently.
             return Snapshot("disconnected", f"{len(hubs)} runs in the dashboard at {self.address}: "

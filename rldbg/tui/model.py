@@ -218,8 +218,8 @@ def role_rows(actors: list[dict], store: EventStore, state: dict | None, gpu_by_
                 st = "running"
             elif lane is None and in_flight == role:
                 st, method, step = "running", pending.get("method"), pending.get("step")
-            else:
-                st = "idle"
+            else:   # no hub, no event ever: Ray says it lives, nobody says what it does
+                st = "idle" if state is not None or store.count else "alive"
             if (role, rank) in store.alarms:
                 st += sentinel.state_suffix(store.alarms[(role, rank)])
             rows.append(RoleRow(f"{a.get('actor_id', '')}:{role}", roles + f"[{rank}]", role, rank, st,
