@@ -138,9 +138,8 @@ def test_a_second_sigterm_exits_at_once_and_leaves_nothing_running(tmp_path):
             except subprocess.TimeoutExpired:
                 assert time.monotonic() < deadline, "the driver did not exit on repeated SIGTERMs"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        if proc.poll() is None:   # a failure above: nothing of the run may outlive the test
+            _kill_tree(proc)
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("SIGTERM again: exiting now, without cleanup ("), err[-3000:]
