@@ -52,10 +52,10 @@ def check() -> None:
 def _handler(signum, frame) -> None:
     if _state["signum"] is not None:         # the user insists: no more waiting on cleanup
         spill, written = _state["spill"], _state["written"]
+        # Untraced, or a flight recorder (its window is in memory): nothing to point at.
         trace = (f"the trace is written: {written}" if written else
                  f"no trace export; the events recorded so far stay in {spill}: `rldbg export {spill}`" if spill
-                 else "no trace export; the events recorded so far stay in the trace's .spill directory: "
-                      "`rldbg export DIR`")
+                 else "no trace export")
         os.write(2, f"{signal.Signals(signum).name} again: exiting now, without cleanup ({trace})\n".encode())
         _kill_descendants()
         os._exit(128 + signum)

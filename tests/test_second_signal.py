@@ -11,7 +11,7 @@ import os, signal, time
 from reference_trainer.stop import stop_on_signals
 with stop_on_signals() as guard:
     os.kill(os.getpid(), signal.SIGTERM)      # the first: the run would stop at its next safe point
-    guard.begin_cleanup()
+    guard.begin_cleanup("/runs/x/trace.spill")
     print("cleaning up", flush=True)
     os.kill(os.getpid(), signal.SIGTERM)      # the second, during the cleanup
     time.sleep(30)
@@ -23,4 +23,4 @@ def test_a_second_sigterm_exits_at_once_and_says_so():
     assert out.returncode == 128 + signal.SIGTERM, out.stderr
     assert out.stdout == "cleaning up\n"
     assert out.stderr == ("SIGTERM again: exiting now, without cleanup (no trace export; the events recorded so far "
-                          "stay in the trace's .spill directory: `rldbg export DIR`)\n")
+                          "stay in /runs/x/trace.spill: `rldbg export /runs/x/trace.spill`)\n")
