@@ -39,6 +39,11 @@ def run_id(job_id: str, pid: int | None = None) -> str:
     return f"{job_id}-{pid if pid is not None else os.getpid()}"
 
 
+def job_of(run_or_job: str) -> str:
+    """The Ray job id in a run id (run_id's first part), or the job id given."""
+    return run_or_job.split("-")[0]
+
+
 def hub_file(job_id: str, pid: int | None = None) -> Path:
     return hub_dir() / f"hub-{run_id(job_id, pid)}.json"
 

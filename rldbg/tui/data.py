@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from rldbg.control.client import HubClient, HubError
+from rldbg.control.discovery import job_of
 from rldbg.dashboard import Dashboard, DashboardError
 from rldbg.switches import TOKEN
 
@@ -80,7 +81,7 @@ class LiveSource(DataSource):
             with self._timed(f"the Ray dashboard at {self.address}"):
                 if self.hub is None and (found := self._find_hub()) is not None:
                     if found.status == "waiting":   # no hub (yet): the live workers the dashboard knows still show
-                        job = (self.job or "").split("-")[0]   # a run is JOB-PID
+                        job = job_of(self.job) if self.job else ""
                         found.actors = [a for a in self.dash.actors(detail=True, filters=[("state", "=", "ALIVE")])
                                         if not job or a.get("job_id") == job]
                         found.identities = self._identities(found.actors)
