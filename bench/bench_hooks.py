@@ -64,7 +64,7 @@ def _install() -> int:
     calls = inst._bench_calls = collections.Counter()
     main = threading.main_thread().ident
 
-    def timed(name, fn):
+    def timed(name, fn, count=True):
         def wrapper(*a, **k):
             if threading.get_ident() != main:   # the sampler's and the flusher's reads are not the step's
                 return fn(*a, **k)
@@ -73,7 +73,7 @@ def _install() -> int:
                 return fn(*a, **k)
             finally:
                 tally[name] += time.perf_counter_ns() - t
-                calls[name] += 1
+                calls[name] += count
         return wrapper
 
     started = {}
@@ -103,29 +103,10 @@ def _install() -> int:
     call = inst.worker_call
     call.__enter__ = timed(CALL_START, call.__enter__)
     call._end = timed(CALL_END, call._end)
-    span = inst._transition_span
-
-    class TimedSpan:   # the transition's span is a generator context manager: time each of its parts
-        def __init__(self, name, **args):
-            t = time.perf_counter_ns()
-            self.cm = span(name, **args)
-            tally[SPAN] += time.perf_counter_ns() - t
-            calls[SPAN] += 1
-
-        def __enter__(self):
-            t = time.perf_counter_ns()
-            try:
-                return self.cm.__enter__()
-            finally:
-                tally[SPAN] += time.perf_counter_ns() - t
-
-        def __exit__(self, *exc):
-            t = time.perf_counter_ns()
-            try:
-                return self.cm.__exit__(*exc)
-            finally:
-                tally[SPAN] += time.perf_counter_ns() - t
-    inst._transition_span = TimedSpan
+    span = inst.transition   # a class: its three methods are its span, counted once per transition
+    span.__init__ = timed(SPAN, span.__init__)
+    span.__enter__ = timed(SPAN, span.__enter__, count=False)
+    span.__exit__ = timed(SPAN, span.__exit__, count=False)
     probes._reads = None   # resolved again, through the wrappers
     inst.ledger = timed(LEDGER_EVENT, inst.ledger)
 

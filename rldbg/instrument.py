@@ -309,55 +309,54 @@ class worker_call(_CallChecks):  # noqa: N801 - used as a function: `with worker
 
 
 def _categories(what, kw: str) -> tuple:
-    if not what:
-        return ()
-    if isinstance(what, str):
-        return (what,)
-    out = tuple(what)
+    out = () if not what else (what,) if isinstance(what, str) else tuple(what)
     if not all(isinstance(c, str) and c for c in out):
         raise ValueError(f"transition {kw}= takes ledger category names (strings), got {what!r}")
     return out
 
 
-@contextlib.contextmanager
-def transition(name: str, frees=(), loads=(), **args):
-    """A hybrid-engine transition: its own span with memory before and after (and, with
-    RLDBG_CUDA_MEMORY_SNAPSHOT on a GPU, a CUDA memory snapshot around it). `frees` / `loads`
-    declare what it moves in ledger categories, e.g. frees=("optimizer",): leak detection and
-    `rldbg top` read the declaration, never the name. Report the moved categories' new sizes with
-    ledger() inside the block. Other keyword arguments are recorded with the span."""
-    for key, cats in ((FREES, _categories(frees, "frees")), (LOADS, _categories(loads, "loads"))):
-        if cats:
-            args[key] = cats
-    with _cuda_snapshot(name), _transition_span(name, **args):
-        yield
+class transition:  # noqa: N801 - used as a function: `with transition(...)`
+    """`with transition(name, frees=..., loads=...):` a hybrid-engine transition: its own span with memory
+    before and after (and, with RLDBG_CUDA_MEMORY_SNAPSHOT on a GPU, a CUDA memory snapshot around it).
+    `frees` / `loads` declare what it moves in ledger categories, e.g. frees=("optimizer",): leak detection
+    and `rldbg top` read the declaration, never the name. Report the moved categories' new sizes with
+    ledger() inside the block. Other keyword arguments are recorded with the span. A class, as
+    worker_call: two nested generator context managers added half again to the span's own cost."""
 
+    __slots__ = ("name", "args", "snap", "t0", "m0", "who")
 
-@contextlib.contextmanager
-def _transition_span(name: str, **args):
-    if not _rt.STATE.on:
-        yield
-        return
-    ctx = current()
-    role, rank, stp, method = ctx.role, ctx.rank, ctx.step, ctx.method
-    # The device's view at both edges (not only the sampler's 10 Hz): what a transition returned
-    # to the GPU is read off these two samples (rldbg.analysis.transitions).
-    m0, new = _mem_opening()   # new: else the series has this sample's point already
-    t0 = time.time_ns()
-    if new:
-        _rt.emit(memory_event(t0, role, rank, stp, method, m0))
-    a = {"role": role, "rank": rank, "step": stp, "method": method, **args}
-    try:
-        yield
-    except BaseException as e:
-        a["status"] = f"error: {type(e).__name__}"
-        raise
-    finally:
-        t1 = time.time_ns()
-        m1 = _mem_sample_full()
-        a["mem_before"], a["mem_after"] = _mem_value(m0), _mem_value(m1)
-        _rt.emit(transition_event(name, t0, t1 - t0, role, rank, stp, method, a))
-        _rt.emit(memory_event(t1, role, rank, stp, method, m1))
+    def __init__(self, name: str, frees=(), loads=(), **args):
+        args.update((k, c) for k, c in ((FREES, _categories(frees, "frees")), (LOADS, _categories(loads, "loads"))) if c)
+        self.name, self.args, self.t0 = name, args, 0
+
+    def __enter__(self):
+        self.snap = _cuda_snapshot(self.name)
+        self.snap.__enter__()
+        if _STATE.on:
+            ctx = current()
+            self.who = role, rank, stp, method = ctx.role, ctx.rank, ctx.step, ctx.method
+            # The device's view at both edges (not only the sampler's 10 Hz): what a transition
+            # returned to the GPU is read off these two samples (rldbg.analysis.transitions).
+            self.m0, new = _mem_opening()   # new: else the series has this sample's point already
+            self.t0 = _now()
+            if new:
+                _rt.emit(memory_event(self.t0, role, rank, stp, method, self.m0))
+        return self
+
+    def __exit__(self, et, ev, tb):
+        try:
+            if self.t0:
+                t1 = _now()
+                m1 = _mem_sample_full()
+                role, rank, stp, method = self.who
+                a = {"role": role, "rank": rank, "step": stp, "method": method, **self.args}
+                if et is not None:
+                    a["status"] = f"error: {et.__name__}"
+                a["mem_before"], a["mem_after"] = _mem_value(self.m0), _mem_value(m1)
+                _rt.emit(transition_event(self.name, self.t0, t1 - self.t0, role, rank, stp, method, a))
+                _rt.emit(memory_event(t1, role, rank, stp, method, m1))
+        finally:
+            self.snap.__exit__(et, ev, tb)
 
 
 def ledger(category: str, nbytes: int) -> None:
