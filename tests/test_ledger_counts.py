@@ -36,10 +36,16 @@ def _plain(w, only):
 def test_ledger_reports_what_the_tensors_hold(overrides, tmp_path, monkeypatch):
     cfg = load_config("demo", overrides=["trace.enabled=false", f"trainer.run_dir={tmp_path}", *overrides])
     w = hybrid.ActorRolloutRefWorker(cfg, RankInfo(0, 1, "127.0.0.1", 0, "cpu", "p"))
-    reports = []
+    reports, said = [], {}
     monkeypatch.setattr(hybrid.instrument, "enabled", lambda: True)
-    real = w._ledger
-    monkeypatch.setattr(w, "_ledger", lambda only=None: reports.append((real(only), _plain(w, only))) or reports[-1][0])
+    monkeypatch.setattr(hybrid.instrument, "ledger", said.__setitem__)
+    real = w._report_ledger
+
+    def report(only=None, counted=None):   # what a report says (walked or counted), beside a plain count then
+        said.clear()
+        real(only, counted)
+        reports.append((dict(said), _plain(w, only)))
+    monkeypatch.setattr(w, "_report_ledger", report)
     w.init_model()
     prompts = PromptSource(get_task("digit_shift", n_digits=1), build_tokenizer(), 4, 4, 0)
     for n in range(2):

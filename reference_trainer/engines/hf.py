@@ -25,6 +25,7 @@ class HFEngine(RolloutEngine):
         self._weights_state = "awake"  # awake | offloaded | dropped | loading (a sync under way)
         self._params = list(self.model.parameters()) + list(self.model.buffers())
         self._device = self._params[0].device if self._params else torch.device("cpu")
+        self._loaded_bytes = None   # what the last load_weights gave the weights, while it holds
 
     @torch.no_grad()
     def generate(self, input_ids, attention_mask, sampling: SamplingConfig):
@@ -83,7 +84,8 @@ class HFEngine(RolloutEngine):
         own.update(dict(self.model.named_buffers()))
         if self._weights_state == "dropped":
             self._weights_state = "loading"   # from here on weights get storage again (memory_ledger)
-        seen = 0
+        seen = loaded = 0
+        self._loaded_bytes = None
         for name, tensor in named_tensors:
             if name not in own:
                 raise KeyError(f"rollout engine has no weight named {name!r}")
@@ -91,13 +93,16 @@ class HFEngine(RolloutEngine):
             if target.data.numel() == 0:  # dropped by sleep(level=2): allocate again
                 target.data = torch.empty_like(tensor, device=target.device)
             target.data.copy_(tensor)
+            # Counted here, each weight just written: the ledger's walk after the copy would find
+            # them evicted from the caches by the copy itself.
+            loaded += target.nbytes if target.device.type == self._device.type else 0   # as tensor_bytes counts
             seen += 1
         if seen != len(own):
             raise ValueError(f"weight sync gave {seen} tensors; the rollout model has {len(own)}")
-        self._weights_state = "awake"
+        self._weights_state, self._loaded_bytes = "awake", loaded
 
     def sleep(self, level: int) -> None:
-        self._cache = None
+        self._cache = self._loaded_bytes = None
         if level == 1 and self._offloader is not None:
             self._offloader.offload("rollout_weights", self._params)
             self._weights_state = "offloaded"
@@ -127,8 +132,9 @@ class HFEngine(RolloutEngine):
             # On the compute device only: weights a level-1 sleep put on the host have left it. A
             # level-2 sleep left every weight empty, which saves a walk over them (cold, on the
             # training thread, ~0.1 ms a report) while they stay dropped.
-            dropped = self._weights_state == "dropped"
-            out["rollout_weights"] = 0 if dropped else tensor_bytes(self._params, self._device)
+            dropped, loaded = self._weights_state == "dropped", self._loaded_bytes
+            out["rollout_weights"] = (0 if dropped else loaded if loaded is not None
+                                      else tensor_bytes(self._params, self._device))
         if only is None or "kv_cache" in only:
             kv = 0
             if self._cache is not None:

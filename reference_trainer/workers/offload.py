@@ -110,19 +110,24 @@ class Offloader:
             return held
 
     def reload(self, group: str) -> int:
+        """Returns the bytes back on the device, counted as each tensor gets them (a count
+        afterwards would find the tensors cold)."""
         tensors = self._groups.pop(group, None)
         if tensors is None:
             return 0
+        back = 0
         if self.target == "host":
             for t in tensors:
                 t.data = t.data.to(self.device, non_blocking=True)
+                back += t.nbytes
             torch.cuda.synchronize()
         elif tensors:
             held = self._files[group]
             held.map()
             for t, view in zip(tensors, held.views):
                 t.data = view
-        return sum(t.numel() * t.element_size() for t in tensors)
+                back += view.nbytes
+        return back
 
     def give_back_memory(self) -> None:
         """Hand freed memory back to whoever else could use it. On a GPU, torch's caching
