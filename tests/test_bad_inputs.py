@@ -5,6 +5,7 @@ one is asked."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,38 @@ def test_a_dead_cluster_address_is_said_at_once(cmd):
 def test_an_address_of_no_known_form_is_one_line(cmd):
     line = _one_line([*cmd, "--address", "bogus"], rc=1)   # was ray.init's ValueError, with its traceback
     assert line == f"rldbg {cmd[0]}: no Ray cluster at --address 'bogus' (Invalid address format: bogus)"
+
+
+# Hides any Ray cluster of this machine from Ray's "auto" lookup (raylets found in `ps`, /tmp/ray's
+# last `ray start`), so `rldbg dump` runs as on a machine where none is running; the command is unchanged.
+NO_LOCAL_CLUSTER = ("from ray._private import services as s\n"
+                    "s._find_address_from_flag = lambda flag: set(); s.find_bootstrap_address = lambda temp_dir: None\n")
+
+
+@pytest.mark.parametrize("cmd", [["dump"], ["export", "-o", "x.json", "--address", "auto"]])
+def test_no_running_cluster_is_said_plainly(cmd, tmp_path):
+    """It said "no Ray cluster at --address 'auto' (Could not find any running Ray instance...)" to a user
+    who never passed --address."""
+    (tmp_path / "sitecustomize.py").write_text(NO_LOCAL_CLUSTER)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    out = subprocess.run([RLDBG, *cmd], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"rldbg {cmd[0]}: no running Ray cluster found on this machine; pass --address HOST:PORT (the GCS address "
+        "`ray start` printed) or set RAY_ADDRESS"), out.stderr
+
+
+def test_open_that_times_out_fails_saying_what_to_try(tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    # port 0 and a self-hosted origin: no fixed port to collide on, no port warning
+    out = subprocess.run([RLDBG, "open", str(trace), "--no-browser", "--port", "0", "--origin", "http://127.0.0.1:9",
+                          "--timeout", "0.5"], capture_output=True, text=True, timeout=60)
+    port = re.search(r"on 127\.0\.0\.1:(\d+) until", out.stdout)[1]
+    assert out.returncode == 1 and out.stderr.strip() == (
+        f"rldbg open: timed out: no browser fetched t.json within 0.5 s; open the link above in a browser that "
+        f"reaches 127.0.0.1:{port} (from another machine: ssh -L {port}:127.0.0.1:{port}), or wait longer with "
+        "--timeout S"), out.stderr
 
 
 def test_dump_wait_nan():

@@ -26,7 +26,11 @@ import pytest
     ("trainer.total_steps=5 trace.steps=[100]", "config error: config key 'trace.steps'=[100] names no step of "
                                                 "this run: trainer.total_steps=5 runs steps 0-4"),
     # a profile key's error names the key, not the worker switch it becomes
-    ("profile.ranks=[-1]", "config error: config key 'profile.ranks': bad ranks value '-1': expected integers"),
+    ("profile.ranks=[-1]", "config error: config key 'profile.ranks': bad ranks value '-1': expected non-negative "
+                           "rank numbers"),
+    # -1 is an integer: what is refused is a step before the first one
+    ("profile.steps=[-1]", "config error: config key 'profile.steps': bad steps value '-1': expected non-negative "
+                           "step numbers or ranges first-last with first <= last"),
     ("profile.steps=[1] profile.dir=a;b", "config error: config key 'profile.dir' is 'a;b'; accepted: a folder path "
                                           "without ';'"),
     ("profile.dir=/tmp/p", "config error: config key 'profile.dir'='/tmp/p' says where torch.profiler writes, but no "

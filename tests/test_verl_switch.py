@@ -41,7 +41,8 @@ def test_switch_loads_only_when_on():
 
 @pytest.mark.parametrize("env, says", [
     ({"RLDBG_VERL": "yes"}, "RLDBG_VERL='yes' is not accepted: use 1 (on) or 0 (off)"),
-    ({"RLDBG_VERL": "1", "RLDBG_PROFILE": "dir=p;ranks=-1"}, "RLDBG_PROFILE: bad ranks value '-1': expected integers"),
+    ({"RLDBG_VERL": "1", "RLDBG_PROFILE": "dir=p;ranks=-1"},
+     "RLDBG_PROFILE: bad ranks value '-1': expected non-negative rank numbers"),
     ({"RLDBG_VERL": "1", "RLDBG_TRACE": "out.txt"}, "RLDBG_TRACE='out.txt' is not accepted: use a file path"),
 ])
 def test_bad_switch_values_fail_in_one_line(env, says):

@@ -33,7 +33,11 @@ def traced_job(address: str, name: str | None, prog: str) -> tuple[str, dict]:
     try:   # ray.init retries a dead GCS for a minute, printing Ray's own warnings: knock first
         host, port = (gcs := ray._private.services.canonicalize_bootstrap_address(address)).rsplit(":", 1)
         socket.create_connection((host, int(port)), timeout=3).close()
-    except OSError as e:   # refused, unreachable, or (ConnectionError) no cluster found for "auto"
+    except OSError as e:   # refused, unreachable, or (ConnectionError, no gcs yet) no cluster found for "auto"
+        if gcs is None and isinstance(e, ConnectionError):   # "auto" is the default: the user may never have typed it
+            from rldbg.debug.registry import ADDRESS_HINT
+            raise SystemExit(f"{prog}: no running Ray cluster found on this machine; "
+                             + ADDRESS_HINT.replace("--ray-address", "--address")) from None
         raise SystemExit(f"{prog}: no Ray cluster at --address {address!r} ({gcs + ': ' if gcs else ''}{e})") from None
     except Exception:   # noqa: BLE001 - nothing to knock at (a Ray without it, an odd address): ray.init says
         pass

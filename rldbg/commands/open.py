@@ -61,7 +61,10 @@ def run(args) -> int:
     if server.serve_until_fetched(args.timeout):
         print(f"trace sent to the UI ({server.path.stat().st_size} bytes); done.", flush=True)
         return 0
-    return fail(f"rldbg open: nothing fetched {server.name} within {args.timeout:g} s; stopped serving", 1)
+    port = server.port   # a browser elsewhere (headless, SSH) reaches it only through a forwarded port
+    return fail(f"rldbg open: timed out: no browser fetched {server.name} within {args.timeout:g} s; open the link "
+                f"above in a browser that reaches 127.0.0.1:{port} (from another machine: ssh -L "
+                f"{port}:127.0.0.1:{port}), or wait longer with --timeout S", 1)
 
 
 def _user_at_host() -> str:

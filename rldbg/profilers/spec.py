@@ -51,8 +51,8 @@ def _ints(key: str, text: str) -> frozenset:
     try:
         return numbers(text) if text.strip() else frozenset()
     except ValueError as e:
-        raise ProfileSpecError(f"{ENV}: bad {key} value {str(e)!r}: expected integers or ranges "
-                               f"first-last with first <= last, e.g. {key}=0,2-3") from None
+        raise ProfileSpecError(f"{ENV}: bad {key} value {str(e)!r}: expected non-negative {key[:-1]} numbers or "
+                               f"ranges first-last with first <= last, e.g. {key}=0,2-3") from None
 
 
 def _names(key: str, text: str) -> frozenset:
